@@ -1,0 +1,31 @@
+# Two set-up commands (see README): `make run` and `make test`. Both install first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# llama.cpp is compiled from llama-cpp-python's sdist; switch off what the app never uses.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DMTMD_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+
+.PHONY: install run test demo bench package clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU build of torch; pinned so that nothing pulls a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+# Opens the GUI where there is a display; with none, runs the headless demo.
+run: install
+	$(PY) -m app run
+
+demo: install
+	$(PY) -m app demo
+
+test: install
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
+
+clean:
+	rm -rf $(VENV) build dist

@@ -1,0 +1,50 @@
+"""The headless command line. Each command lives in app/commands/<name>.py with `register(subparsers)`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from app.logging_setup import setup_logging
+from backend.errors import RidgeFillError
+
+# One module per command; each adds its own sub-parser and sets `func`.
+COMMANDS = ["info", "chat", "demo", "run"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description="RidgeFill Desktop: chat with long documents on a local model. No command opens the GUI.",
+    )
+    parser.add_argument("--model", help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    parser.add_argument("--ctx", type=int, default=8192, help="context size in tokens (capped at the model's)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"app.commands.{name}").register(sub)
+    return parser
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.command is None:
+        from app.commands.run import open_gui
+
+        return open_gui(args)
+    try:
+        return int(args.func(args) or 0)
+    except RidgeFillError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # a bug: log it whole, tell the user where
+        logging.getLogger("app").exception("unexpected error")
+        print("error: unexpected failure; details are in the log file (see `python -m app info`).", file=sys.stderr)
+        return 1

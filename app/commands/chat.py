@@ -1,0 +1,48 @@
+"""`python -m app chat --doc FILE "question"`: answer a question about a text file, with timings."""
+from __future__ import annotations
+
+import json
+import sys
+
+from app.commands.common import format_timings, open_engine, stderr_progress
+from backend.documents import document_messages, read_document
+from backend.protocol import ChatMessage, CompletionRequest, TokenEvent
+
+
+def register(sub) -> None:
+    p = sub.add_parser("chat", help="ask a question, optionally about a document")
+    p.add_argument("question")
+    p.add_argument("--doc", help="a .txt, .md or .pdf file to ask about")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--mode", default="off", help="off (exact) or a RidgeFill mode")
+    p.add_argument("--split", type=int, default=None, help="RidgeFill split S")
+    p.add_argument("--tail", type=int, default=None, help="RidgeFill exact tail T")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.doc:
+        messages = document_messages(read_document(args.doc), args.question)
+    else:
+        messages = [ChatMessage("user", args.question)]
+    engine = open_engine(args)
+    request = CompletionRequest(
+        messages=messages, max_tokens=args.max_tokens, mode=args.mode, split=args.split, tail=args.tail
+    )
+    progress = stderr_progress()
+    stream = not args.json and sys.stdout.isatty()
+
+    def on_event(event) -> None:
+        progress(event)
+        if stream and isinstance(event, TokenEvent):
+            print(event.text, end="", flush=True)
+
+    result = engine.complete(request, on_event=on_event)
+    if args.json:
+        print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
+                          "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict()}))
+        return 0
+    print(("" if stream else result.text) + "\n")
+    print(format_timings(result.timings))
+    return 0

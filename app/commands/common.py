@@ -1,0 +1,45 @@
+"""What several commands share: opening the engine, printing timings, progress on stderr."""
+from __future__ import annotations
+
+import sys
+
+from backend.engine import Engine, EngineConfig
+from backend.model_file import embedded_model_path
+from backend.protocol import ProgressEvent, Timings
+
+
+def model_path(args) -> str:
+    return str(args.model or embedded_model_path())
+
+
+def open_engine(args) -> Engine:
+    cfg = EngineConfig(model_path=model_path(args), n_ctx=args.ctx)
+    if args.threads:
+        cfg.n_threads = args.threads
+    return Engine(cfg)
+
+
+def stderr_progress(label: str = "prefill"):
+    """An on_event sink that draws prefill progress on stderr (only when it is a terminal)."""
+    tty = sys.stderr is not None and sys.stderr.isatty()
+
+    def sink(event) -> None:
+        if tty and isinstance(event, ProgressEvent):
+            rate = event.done / (event.elapsed_ms / 1000) if event.elapsed_ms else 0.0
+            print(f"\r{label}: {event.done}/{event.total} tokens  {rate:,.0f} tok/s", end="", file=sys.stderr)
+            if event.done == event.total:
+                print(file=sys.stderr)
+
+    return sink
+
+
+def format_timings(t: Timings) -> str:
+    rows = [
+        ("mode", t.mode + (f"  (split {t.split}, tail {t.tail}, bulk rows {t.bulk_n})" if t.mode != "off" else "")),
+        ("time to first token", f"{t.ttft_ms:,.0f} ms"),
+        ("prompt", f"{t.prompt_n:,} tokens in {t.prompt_ms:,.0f} ms ({t.prompt_per_second:,.1f} tok/s), {t.cache_n:,} reused"),
+        ("answer", f"{t.predicted_n:,} tokens in {t.predicted_ms:,.0f} ms ({t.predicted_per_second:,.1f} tok/s)"),
+    ]
+    if t.note:
+        rows.append(("note", t.note))
+    return "\n".join(f"  {k:<20} {v}" for k, v in rows)

@@ -1,0 +1,1 @@
+"""Everything that computes. No Qt here (tests/test_boundaries.py checks it)."""

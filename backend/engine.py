@@ -1,0 +1,374 @@
+"""The exact engine: one llama.cpp context, chunked prefill with progress and cancel, streaming decode.
+
+One Engine owns one context and must be used from one thread (a llama context is not thread-safe).
+The context is built with an eval callback (`cb_eval`) installed from the start; it asks for no node
+until RidgeFill sets `eval_hook`, so exact runs pay nothing for it.
+"""
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
+from .model_file import ModelInfo, read_model_info
+from .protocol import (
+    ChatMessage,
+    CompletionRequest,
+    CompletionResult,
+    ProgressEvent,
+    Timings,
+    TokenEvent,
+)
+
+log = logging.getLogger(__name__)
+
+GGML_TYPE_F16 = 1
+EventSink = Callable[[object], None]
+CancelCheck = Callable[[], bool]
+
+
+class EvalHook(Protocol):
+    """What the eval callback forwards to. Must not raise (see `_on_eval`)."""
+
+    def wants(self, tensor: int) -> bool: ...  # ask=true: compute this node and show it to me?
+
+    def seen(self, tensor: int) -> bool: ...  # ask=false: node computed; False stops the graph
+
+
+@dataclass
+class EngineConfig:
+    model_path: str
+    n_ctx: int = 8192  # capped at the model's training context
+    n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    n_batch: int = 512  # prefill chunk size: progress and cancel happen between chunks
+    n_ubatch: int = 512
+    answer_reserve: int = 256  # default room kept for the answer when checking a prompt's length
+
+
+def _install_llama_log_filter() -> None:
+    """Route llama.cpp's chatter to Python logging at DEBUG instead of stderr."""
+    global _LOG_CB
+    if _LOG_CB is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def _cb(level, text, user_data):  # noqa: ARG001
+        try:
+            log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+        except Exception:
+            pass
+
+    _LOG_CB = _cb
+    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+
+
+_LOG_CB = None
+_BACKEND_READY = False
+
+
+class Engine:
+    def __init__(self, config: EngineConfig):
+        global _BACKEND_READY
+        self.config = config
+        self.info: ModelInfo = read_model_info(config.model_path)  # raises ModelFileError
+        _install_llama_log_filter()
+        if not _BACKEND_READY:
+            llama_cpp.llama_backend_init()
+            _BACKEND_READY = True
+
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.use_mmap = True
+        self._model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), mparams)
+        if not self._model:
+            raise ModelFileError(
+                f"llama.cpp could not load {self.info.path} ({self.info.architecture}). The file may be "
+                "damaged, or its architecture is not supported by this llama.cpp build."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+
+        n_ctx = min(config.n_ctx, self.info.n_ctx_train) if self.info.n_ctx_train else config.n_ctx
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
+        cparams.n_seq_max = 1
+        cparams.n_threads = config.n_threads
+        cparams.n_threads_batch = config.n_threads
+        # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = GGML_TYPE_F16
+        cparams.type_v = GGML_TYPE_F16
+        cparams.no_perf = True
+        self.eval_hook: EvalHook | None = None
+        self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)  # keep a reference
+        cparams.cb_eval = self._eval_cb
+        cparams.cb_eval_user_data = None
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+            raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
+        # The tokens whose KV is in the cache (sequence 0), in order, and whether they were computed
+        # exactly: an approximate (RidgeFill) prefix must never be reused by an exact request.
+        self.kv_tokens: list[int] = []
+        self.kv_exact = True
+
+        template = self.info.chat_template
+        self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
+        eos_text = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
+        self._formatter = (
+            Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
+        )
+
+    # ---- eval callback -------------------------------------------------------------------------
+    def _on_eval(self, tensor, ask, user_data):  # noqa: ARG002
+        """ctypes turns an exception here into `False`, which silently cuts a normal decode, so
+        everything is caught: on error, 'not wanted' when asked, 'go on' after computing."""
+        hook = self.eval_hook
+        if hook is None:
+            return False if ask else True
+        try:
+            return bool(hook.wants(tensor)) if ask else bool(hook.seen(tensor))
+        except Exception:  # pragma: no cover - logged, never propagated into C
+            log.exception("eval hook failed")
+            return False if ask else True
+
+    # ---- text <-> tokens -----------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is what it needs
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise EngineError("tokenization failed")
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        return self.token_bytes(token, special=True).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    # ---- chat ----------------------------------------------------------------------------------
+    def format_chat(self, messages: list[ChatMessage]) -> str:
+        """Render messages with the model's own chat template (from its GGUF metadata)."""
+        msgs = [{"role": m.role, "content": m.content} for m in messages]
+        if self._formatter is None:  # a base model without a template: plain text
+            return "\n\n".join(m["content"] for m in msgs) + "\n\n"
+        return self._formatter(messages=msgs).prompt
+
+    def prompt_tokens(self, request: CompletionRequest) -> list[int]:
+        if (request.messages is None) == (request.prompt is None):
+            raise ValueError("a request has either messages or a prompt")
+        text = request.prompt if request.prompt is not None else self.format_chat(request.messages)
+        # A template that writes the BOS text itself must not get a second BOS from the tokenizer.
+        add_special = not (self._bos_text and text.startswith(self._bos_text))
+        return self.tokenize(text, add_special=add_special)
+
+    def check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        reserve = max(1, min(max_tokens, self.n_ctx // 2))
+        if n_prompt + reserve > self.n_ctx:
+            raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
+
+    # ---- low level -----------------------------------------------------------------------------
+    def decode(self, tokens: list[int], start_pos: int, logits_last: bool) -> None:
+        """One llama_decode of up to n_batch tokens at positions start_pos.. (sequence 0)."""
+        n = len(tokens)
+        if n == 0 or n > self.config.n_batch:
+            raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
+        b = self._batch
+        b.n_tokens = n
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = False
+        b.logits[n - 1] = logits_last
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} at position {start_pos}")
+
+    def last_logits(self) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def truncate_cache(self, n_keep: int) -> None:
+        """Drop cached KV from position n_keep on."""
+        if n_keep <= 0:
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.kv_tokens = []
+            self.kv_exact = True
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            llama_cpp.llama_memory_clear(self._mem, True)
+            n_keep = 0
+        del self.kv_tokens[n_keep:]
+
+    def reusable_prefix(self, tokens: list[int], *, exact_only: bool) -> int:
+        """How many leading tokens of `tokens` are already in the cache and may be reused.
+
+        At least one token is always left to decode, so the request gets fresh logits."""
+        if exact_only and not self.kv_exact:
+            return 0
+        n = 0
+        for a, b in zip(self.kv_tokens, tokens):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(tokens) - 1)
+
+    # ---- prefill and decode --------------------------------------------------------------------
+    def prefill(
+        self,
+        tokens: list[int],
+        *,
+        reuse_prefix: bool = True,
+        on_event: EventSink | None = None,
+        cancel: CancelCheck | None = None,
+    ) -> tuple[int, float]:
+        """Exact chunked prefill. Returns (cache_n, prompt_ms). Leaves the last token's logits ready.
+
+        Raises Cancelled between chunks; the chunks already done stay cached for the next request."""
+        cache_n = self.reusable_prefix(tokens, exact_only=True) if reuse_prefix else 0
+        self.truncate_cache(cache_n)
+        t0 = time.perf_counter()
+        pos = cache_n
+        n_batch = self.config.n_batch
+        while pos < len(tokens):
+            if cancel is not None and cancel():
+                raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
+            chunk = tokens[pos : pos + n_batch]
+            self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
+            self.kv_tokens.extend(chunk)
+            pos += len(chunk)
+            if on_event is not None:
+                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000))
+        return cache_n, (time.perf_counter() - t0) * 1000
+
+    def sample(self, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+        if temperature <= 0:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / temperature
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        return int(rng.choice(len(p), p=p))
+
+    def generate(
+        self,
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int = 0,
+        on_event: EventSink | None = None,
+        cancel: CancelCheck | None = None,
+    ) -> tuple[list[int], str, str, float | None]:
+        """Decode after a prefill. Returns (tokens, text, finish_reason, first_token_time)."""
+        rng = np.random.default_rng(seed)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        out: list[int] = []
+        pieces: list[str] = []
+        first_token_at = None
+        finish = "length"
+        for _ in range(max_tokens):
+            if cancel is not None and cancel():
+                finish = "cancelled"
+                break
+            tok = self.sample(self.last_logits(), temperature, rng)
+            if first_token_at is None:
+                first_token_at = time.perf_counter()
+            if self.is_end_of_generation(tok):
+                finish = "stop"
+                break
+            out.append(tok)
+            piece = decoder.decode(self.token_bytes(tok))
+            pieces.append(piece)
+            if on_event is not None:
+                on_event(TokenEvent(tok, piece))
+            if len(self.kv_tokens) >= self.n_ctx:
+                break
+            self.decode([tok], len(self.kv_tokens), logits_last=True)
+            self.kv_tokens.append(tok)
+        pieces.append(decoder.decode(b"", final=True))
+        return out, "".join(pieces), finish, first_token_at
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        on_event: EventSink | None = None,
+        cancel: CancelCheck | None = None,
+    ) -> CompletionResult:
+        """Prefill the request's prompt (the mode picks how) and generate the answer."""
+        t_start = time.perf_counter()
+        tokens = self.prompt_tokens(request)
+        self.check_fits(len(tokens), request.max_tokens)
+        timings = Timings(mode="off")
+        cache_n, prompt_ms = self.prefill(tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+        timings.cache_n = cache_n
+        timings.prompt_n = len(tokens) - cache_n
+        timings.prompt_ms = prompt_ms
+        timings.prompt_per_second = timings.prompt_n / (prompt_ms / 1000) if prompt_ms > 0 else 0.0
+        t_gen = time.perf_counter()
+        max_new = min(request.max_tokens, self.n_ctx - len(tokens))
+        out, text, finish, first_at = self.generate(
+            max_new, temperature=request.temperature, seed=request.seed, on_event=on_event, cancel=cancel
+        )
+        t_end = time.perf_counter()
+        timings.ttft_ms = ((first_at or t_end) - t_start) * 1000
+        timings.predicted_n = len(out)
+        timings.predicted_ms = (t_end - t_gen) * 1000
+        timings.predicted_per_second = len(out) / (t_end - t_gen) if t_end > t_gen and out else 0.0
+        return CompletionResult(text=text, finish_reason=finish, timings=timings, prompt_tokens=len(tokens), tokens=out)
+
+    # ---- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,37 @@
+"""Typed errors the backend raises. Each message says what happened and what the user can do."""
+
+
+class RidgeFillError(Exception):
+    """Base of every error the backend raises on purpose."""
+
+
+class ModelFileError(RidgeFillError):
+    """A model path that is missing, not a GGUF file, or corrupt."""
+
+
+class DocumentError(RidgeFillError):
+    """A document that cannot be sent: empty, unreadable, or too long."""
+
+
+class EmptyDocumentError(DocumentError):
+    pass
+
+
+class DocumentTooLongError(DocumentError):
+    def __init__(self, prompt_tokens: int, limit: int, reserved: int):
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+        self.reserved = reserved
+        super().__init__(
+            f"The prompt has {prompt_tokens:,} tokens, but the context holds {limit:,} "
+            f"({reserved:,} of them kept for the answer, so at most {limit - reserved:,} for the prompt). "
+            "Shorten the document, or raise the context size if the model supports it."
+        )
+
+
+class Cancelled(RidgeFillError):
+    """A request stopped by the user between chunks. The work done so far stays cached."""
+
+
+class EngineError(RidgeFillError):
+    """llama.cpp failed (decode error, context could not be created, engine process died)."""

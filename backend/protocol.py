@@ -1,0 +1,77 @@
+"""Plain dataclasses the engine takes and returns, so it can run behind a process boundary."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Mode = Literal["off", "speed", "plumb", "quality"]
+
+
+@dataclass
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass
+class CompletionRequest:
+    """One request: either chat messages (formatted with the model's template) or a raw prompt."""
+
+    messages: list[ChatMessage] | None = None
+    prompt: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0  # 0 = greedy, reproducible
+    seed: int = 0
+    mode: Mode = "off"
+    split: int | None = None  # RidgeFill split S; None = the model's default
+    tail: int | None = None  # exact tail T; None = the default
+    reuse_prefix: bool = True  # reuse a matching cached prompt prefix (cache_n > 0)
+
+
+@dataclass
+class Timings:
+    """Field names follow llama.cpp server where they exist."""
+
+    prompt_n: int = 0  # prompt tokens processed by this request (not counting cache_n)
+    prompt_ms: float = 0.0
+    prompt_per_second: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    predicted_per_second: float = 0.0
+    cache_n: int = 0  # prompt tokens reused from the previous request's cache
+    ttft_ms: float = 0.0  # request start to the first generated token
+    mode: str = "off"  # the mode that actually ran (a refused RidgeFill request runs "off")
+    split: int | None = None
+    tail: int | None = None
+    bulk_n: int = 0  # rows that took the RidgeFill path
+    note: str = ""  # why a requested mode did not run, if it did not
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    finish_reason: Literal["stop", "length", "cancelled"]
+    timings: Timings
+    prompt_tokens: int
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ProgressEvent:
+    """Sent after each prefill chunk."""
+
+    done: int  # prompt tokens processed so far (cache_n included)
+    total: int
+    elapsed_ms: float
+    stage: str = "prefill"
+
+
+@dataclass
+class TokenEvent:
+    """Sent for each generated token; `text` may be empty while a UTF-8 character is incomplete."""
+
+    token: int
+    text: str
