@@ -36,6 +36,12 @@ EventSink = Callable[[object], None]
 CancelCheck = Callable[[], bool]
 
 
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
 class EvalHook(Protocol):
     """What the eval callback forwards to. Must not raise (see `_on_eval`)."""
 
@@ -199,7 +205,7 @@ class Engine:
             raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
 
     # ---- low level -----------------------------------------------------------------------------
-    def decode(self, tokens: list[int], start_pos: int, logits_last: bool) -> None:
+    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
         """One llama_decode of up to n_batch tokens at positions start_pos.. (sequence 0)."""
         n = len(tokens)
         if n == 0 or n > self.config.n_batch:
@@ -211,11 +217,16 @@ class Engine:
             b.pos[i] = start_pos + i
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
-            b.logits[i] = False
-        b.logits[n - 1] = logits_last
+            b.logits[i] = logits_all
+        b.logits[n - 1] = logits_last or logits_all
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise EngineError(f"llama_decode failed with code {rc} at position {start_pos}")
+
+    def row_logits(self, n_rows: int) -> np.ndarray:
+        """Logits of the last decode's rows (decoded with logits_all), shape (n_rows, n_vocab)."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, 0)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
 
     def last_logits(self) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
@@ -273,6 +284,35 @@ class Engine:
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000))
         return cache_n, (time.perf_counter() - t0) * 1000
+
+    def token_logprobs(self, tokens: list[int], last_n: int, *, prefill=None, cancel: CancelCheck | None = None) -> np.ndarray:
+        """log p(token | everything before it) for each of the last `last_n` tokens (the exact model
+        unless `prefill(tokens_head, cancel=...)` is given to run the head another way).
+
+        The head tokens[:-last_n] is prefilled without reuse; the scored tokens run exact with logits
+        for every row."""
+        if not 0 < last_n < len(tokens):
+            raise ValueError("last_n must be between 1 and len(tokens) - 1")
+        head, scored = tokens[:-last_n], tokens[-last_n:]
+        self.truncate_cache(0)
+        if prefill is None:
+            self.prefill(head, reuse_prefix=False, cancel=cancel)
+        else:
+            prefill(head, cancel=cancel)
+        out = np.empty(last_n, dtype=np.float64)
+        out[0] = _log_softmax(self.last_logits())[scored[0]]
+        pos, n_batch, done = len(head), self.config.n_batch, 1
+        while done < last_n:  # feed scored[:-1]; row i predicts scored[i + 1]
+            if cancel is not None and cancel():
+                raise Cancelled("scoring cancelled")
+            chunk = scored[done - 1 : min(done - 1 + n_batch, last_n - 1)]
+            self.decode(chunk, pos, logits_last=True, logits_all=True)
+            self.kv_tokens.extend(chunk)
+            lp = _log_softmax(self.row_logits(len(chunk)))
+            out[done : done + len(chunk)] = lp[np.arange(len(chunk)), scored[done : done + len(chunk)]]
+            pos += len(chunk)
+            done += len(chunk)
+        return out
 
     def sample(self, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
         if temperature <= 0:
