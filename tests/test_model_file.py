@@ -1,0 +1,37 @@
+import pytest
+
+from backend.errors import ModelFileError
+from backend.model_file import read_model_info
+
+
+def test_embedded_model_facts(model_path):
+    info = read_model_info(model_path)
+    assert (info.architecture, info.n_layer, info.n_embd, info.n_head, info.n_head_kv) == ("llama", 30, 576, 9, 3)
+    assert info.n_ctx_train == 8192
+    assert "im_start" in info.chat_template
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelFileError, match="not found"):
+        read_model_info(tmp_path / "nope.gguf")
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("hello, I am text")
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        read_model_info(p)
+
+
+def test_directory_is_refused(tmp_path):
+    with pytest.raises(ModelFileError, match="Not a file"):
+        read_model_info(tmp_path)
+
+
+@pytest.mark.parametrize("keep", [64, 2_000_000, 90_000_000])
+def test_truncated_gguf_is_refused(model_path, tmp_path, keep):
+    p = tmp_path / "cut.gguf"
+    with open(model_path, "rb") as f:
+        p.write_bytes(f.read(keep))
+    with pytest.raises(ModelFileError, match="damaged or truncated|lacks|no general"):
+        read_model_info(p)
