@@ -1,0 +1,193 @@
+"""Where llama.cpp keeps each layer's KV cache and how it ropes K, found from the graph itself.
+
+A discovery decode of one token (on an empty cache, removed after) lets the eval hook see every node
+without wanting any: each layer's K/V write is a SET_ROWS node whose destination's view chain leads to
+`cache_k_l{il}` / `cache_v_l{il}`, whose `src[1]` is the ubatch's cell index tensor (one per cache:
+gemma3's iSWA has two), and whose K value comes (through views) from the layer's ROPE node.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import RidgeFillError
+from . import ggml_graph
+from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_I64, Node
+
+_CACHE_RE = re.compile(r"^cache_([kv])_l(\d+)$")
+
+
+class LayoutRefused(RidgeFillError):
+    """The graph or the KV cache is not what the RidgeFill write path expects; run exact."""
+
+
+@dataclass(frozen=True)
+class RopeParams:
+    n_dims: int
+    mode: int
+    n_ctx_orig: int
+    freq_base: float
+    freq_scale: float
+    ext_factor: float
+    attn_factor: float
+    beta_fast: float
+    beta_slow: float
+    freq_factors: tuple[float, ...] | None = None
+
+    @property
+    def neox(self) -> bool:
+        return bool(self.mode & 2)
+
+
+@dataclass
+class CacheTensor:
+    name: str
+    ptr: int
+    n_embd_gqa: int
+    kv_size: int
+
+    def rows(self) -> np.ndarray:
+        """(kv_size, n_embd_gqa) float16 numpy view of the live cache memory (writes go to llama.cpp)."""
+        return Node(self.ptr).array(np.float16, (self.kv_size, self.n_embd_gqa))
+
+
+@dataclass
+class LayerLayout:
+    il: int
+    k_cache: CacheTensor
+    v_cache: CacheTensor
+    k_index: str  # name of the cell-index input this layer's K write uses (one per cache)
+    v_index: str
+    rope: RopeParams
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+
+
+@dataclass
+class GraphLayout:
+    layers: dict[int, LayerLayout] = field(default_factory=dict)
+
+    def index_names(self) -> set[str]:
+        return {x for ll in self.layers.values() for x in (ll.k_index, ll.v_index)}
+
+
+def _f32(i: int) -> float:
+    return struct.unpack("<f", struct.pack("<i", i))[0]
+
+
+def _rope_params(node: Node) -> RopeParams:
+    p = node.op_params_i32()
+    ff = None
+    src2 = node.src(2)
+    if src2 is not None and src2.type == ggml_graph.GGML_TYPE_F32:  # freq factors (llama3-style rope)
+        n = src2.ne[0]
+        buf = (ctypes.c_float * n)()
+        ggml_graph.lib().ggml_backend_tensor_get(src2.ptr, buf, 0, n * 4)
+        ff = tuple(float(x) for x in buf)
+    return RopeParams(n_dims=p[1], mode=p[2], n_ctx_orig=p[4], freq_base=_f32(p[5]), freq_scale=_f32(p[6]),
+                      ext_factor=_f32(p[7]), attn_factor=_f32(p[8]), beta_fast=_f32(p[9]), beta_slow=_f32(p[10]),
+                      freq_factors=ff)
+
+
+def _root_op(node: Node) -> Node:
+    """Skip views/reshapes/permutes/copies back to the node that computed the values."""
+    n = node
+    for _ in range(16):
+        if n.op in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY"):
+            s = n.src(0)
+            if s is None:
+                break
+            n = s
+        else:
+            break
+    return n
+
+
+class _Collector:
+    def __init__(self):
+        self.writes: list[tuple[str, int, str, Node, Node]] = []  # (k|v, il, index name, value, root)
+        self.error: str | None = None
+
+    def wants(self, tensor: int) -> bool:
+        try:
+            n = Node(tensor)
+            if n.op == "SET_ROWS":
+                dst = n.src(2).root() if n.src(2) else n.root()
+                m = _CACHE_RE.match(dst.name)
+                if m:
+                    self.writes.append((m.group(1), int(m.group(2)), n.src(1).name, n.src(0), dst))
+        except Exception as exc:  # never raise into C
+            self.error = str(exc)
+        return False
+
+    def seen(self, tensor: int) -> bool:  # pragma: no cover - nothing is wanted
+        return True
+
+
+def discover(engine) -> GraphLayout:
+    """Decode one token on an emptied cache with a watching hook; the cache is emptied again after.
+
+    Raises LayoutRefused with the reason when anything is not as the write path needs it."""
+    problem = ggml_graph.layout_problem()
+    if problem:
+        raise LayoutRefused(problem)
+    col = _Collector()
+    prev = engine.eval_hook
+    engine.truncate_cache(0)
+    engine.eval_hook = col
+    try:
+        tok = engine.tokenize("a", add_special=True)[:1] or [0]
+        engine.decode(tok, 0, logits_last=True)
+        # Rope params and value shapes must be read while the graph is alive (its nodes are freed or
+        # reused by the next decode); cache tensors themselves live as long as the context.
+        layout = GraphLayout()
+        found: dict[int, dict] = {}
+        for kind, il, idx_name, value, dst in col.writes:
+            d = found.setdefault(il, {})
+            if dst.type != GGML_TYPE_F16 or not dst.is_host() or dst.nb[1] != dst.ne[0] * 2 or dst.ne[2] != 1:
+                raise LayoutRefused(
+                    f"{dst.name} is not a single-stream F16 host tensor (type {dst.type}, ne {dst.ne}); "
+                    "RidgeFill needs an F16 KV cache on the CPU."
+                )
+            d[kind] = (CacheTensor(dst.name, dst.ptr, dst.ne[0], dst.ne[1]), idx_name)
+            src = _root_op(value)
+            if kind == "k":
+                if src.op != "ROPE":
+                    raise LayoutRefused(f"layer {il}'s K write does not come from a ROPE node ({src.op})")
+                d["rope"] = _rope_params(src)
+                d["k_shape"] = src.ne[:2]  # (head_dim, n_head_kv)
+            else:
+                d["v_shape"] = value.ne
+        if col.error:
+            raise LayoutRefused(f"graph discovery failed: {col.error}")
+        for il, d in sorted(found.items()):
+            if "k" not in d or "v" not in d or "rope" not in d:
+                raise LayoutRefused(f"layer {il}: K or V cache write not found in the graph")
+            head_dim, n_head_kv = d["k_shape"]
+            kc, kidx = d["k"]
+            vc, vidx = d["v"]
+            if head_dim * n_head_kv != kc.n_embd_gqa or vc.n_embd_gqa % n_head_kv:
+                raise LayoutRefused(f"layer {il}: K cache width {kc.n_embd_gqa} is not {n_head_kv}×{head_dim}")
+            layout.layers[il] = LayerLayout(il, kc, vc, kidx, vidx, d["rope"], n_head_kv, head_dim,
+                                            vc.n_embd_gqa // n_head_kv)
+    finally:
+        engine.eval_hook = prev
+        engine.truncate_cache(0)
+    if sorted(layout.layers) != list(range(engine.info.n_layer)):
+        raise LayoutRefused(
+            f"found KV caches for layers {sorted(layout.layers)}, expected 0..{engine.info.n_layer - 1}"
+        )
+    return layout
+
+
+def read_index(node: Node) -> np.ndarray:
+    """The I64 cell indices of one ubatch (a graph input, valid while that graph runs)."""
+    if node.type != GGML_TYPE_I64:
+        raise LayoutRefused(f"{node.name} is not I64")
+    n = node.ne[0] * node.ne[1]
+    return node.array(np.int64, (n,)).copy()
