@@ -1,0 +1,192 @@
+"""Model downloads through huggingface_hub, with progress, cancel, verification and atomic placement.
+
+`download_model(entry, settings, job)` runs in the caller's thread (a GUI runs it in a worker and calls
+`job.cancel()` from its own). Steps, each a state of the job (jobs.py):
+  queued       already installed? offline? -> ready / failed
+               HEAD on the hub (size, sha256 from X-Linked-Etag, commit); disk fit -> failed with numbers
+  downloading  hf_hub_download(local_dir=<cache>/downloads/<id>) with a tqdm bridge for bytes and cancel;
+               the library writes a unique temporary file and renames it when whole, retries dropped
+               connections with a Range request (resume inside one call) and deletes its temporary
+               file on any failure, so a restart after a crash or a cancel starts clean.
+  verifying    size, then sha256 (the catalogue's, else the hub's LFS hash), then the GGUF magic
+  ready        os.replace into <cache>/models/<id>/ and only then the installed.json record
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import re
+from pathlib import Path
+
+import httpx2
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from backend.model_file import GGUF_MAGIC
+
+from . import store
+from .catalogue import ModelEntry
+from .errors import DownloadCancelled, HubError, NotCachedOffline, NotEnoughDisk, VerificationFailed
+from .fit import check_fit
+from .jobs import DownloadJob, State
+from .progress import bridge_class
+from .settings import HubSettings
+
+log = logging.getLogger(__name__)
+
+# Smaller chunks than the library's 10 MB so progress and cancel respond at least every MiB.
+hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, 1024 * 1024)
+HASH_CHUNK = 4 * 1024 * 1024
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def download_model(entry: ModelEntry, settings: HubSettings, job: DownloadJob | None = None) -> Path:
+    """Download, verify and install one catalogue entry; returns the verified file.
+
+    Raises a HubError (or DownloadCancelled) whose message is the job's failure reason.
+    """
+    job = job or DownloadJob(entry.id)
+    try:
+        return _run(entry, settings, job)
+    except DownloadCancelled:
+        job.fail("cancelled by the user; nothing was kept")
+        raise
+    except HubError as exc:
+        job.fail(str(exc))
+        raise
+    except Exception as exc:  # anything else still ends in a clear state
+        reason = describe_error(exc, entry.repo_id or entry.id)
+        job.fail(reason)
+        raise HubError(reason) from exc
+
+
+def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
+    installed = store.model_path(entry, settings)
+    if installed is not None:
+        job.move(State.READY, path=str(installed))
+        return installed
+    if not entry.on_hub:
+        raise HubError(f"{entry.id}: the file {entry.local_path or entry.filename} is missing. Add it again.")
+    if settings.offline:
+        raise NotCachedOffline(
+            f"Offline: {entry.id} ({entry.repo_id}/{entry.filename}) is not in the cache. "
+            "Go online (drop --offline) to download it."
+        )
+
+    meta = get_hf_file_metadata(
+        hf_hub_url(entry.repo_id, entry.filename, revision=entry.revision, endpoint=settings.endpoint),
+        token=settings.token or False, endpoint=settings.endpoint,
+    )
+    size = meta.size if meta.size is not None else entry.size_bytes
+    hub_sha = (meta.etag or "").lower() if _SHA256.match((meta.etag or "").lower()) else None
+    expected_sha = (entry.sha256 or hub_sha or "").lower() or None
+    if entry.sha256 and hub_sha and entry.sha256.lower() != hub_sha:
+        raise VerificationFailed(
+            f"{entry.repo_id}/{entry.filename} on the hub (sha256 {hub_sha[:12]}…) is not the file the catalogue "
+            f"names (sha256 {entry.sha256[:12]}…): the repo changed. Refusing it."
+        )
+    job.total = size
+    job.file = entry.filename
+    if size:
+        check_fit(size, settings.staging_dir, settings.disk_free).require_disk()
+
+    staging = settings.staging_dir / entry.id
+    _clean_stale_partials(staging)
+    job.move(State.DOWNLOADING)
+    staged = Path(
+        _hf_download(entry.repo_id, entry.filename, meta.commit_hash or entry.revision, staging, settings, job)
+    )
+
+    job.move(State.VERIFYING)
+    verify_file(staged, size, expected_sha, job)
+    with staged.open("rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            store.remove_quietly(staged)
+            raise VerificationFailed(f"{entry.filename} is not a GGUF file (bad magic); it was deleted.")
+    final = store.install_model(
+        staged, entry, settings,
+        {"id": entry.id, "repo_id": entry.repo_id, "revision": entry.revision, "commit": meta.commit_hash,
+         "sha256": expected_sha, "verified_by": "sha256" if expected_sha else "size"},
+    )
+    store.remove_quietly(staging)
+    job.move(State.READY, path=str(final))
+    return final
+
+
+def _hf_download(repo_id: str, filename: str, revision: str, local_dir: Path, settings: HubSettings,
+                 job: DownloadJob) -> str:
+    bar = bridge_class(job.add_bytes, lambda: job.cancelled)
+    try:
+        return hf_hub_download(
+            repo_id, filename, revision=revision, local_dir=local_dir, cache_dir=settings.hf_cache_dir,
+            endpoint=settings.endpoint, token=settings.token or False, tqdm_class=bar,
+        )
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise NotEnoughDisk(job.total or 0, settings.disk_free(local_dir), str(local_dir)) from exc
+        raise
+
+
+def verify_file(path: Path, size: int | None, sha256: str | None, job: DownloadJob) -> None:
+    """Size, then sha256 (with progress and cancel); a mismatch deletes the file."""
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        store.remove_quietly(path)
+        raise VerificationFailed(f"{path.name}: got {actual:,} bytes, expected {size:,}; the download was deleted. Try again.")
+    if sha256 is None:
+        return
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            if job.cancelled:
+                store.remove_quietly(path)
+                raise DownloadCancelled("Download cancelled.")
+            h.update(chunk)
+            job.add_bytes(len(chunk))
+    if h.hexdigest() != sha256:
+        store.remove_quietly(path)
+        raise VerificationFailed(
+            f"{path.name}: sha256 {h.hexdigest()[:16]}… does not match the expected {sha256[:16]}…; the file is "
+            "corrupt and was deleted. Try the download again."
+        )
+
+
+def _clean_stale_partials(staging: Path) -> None:
+    """Temporary files a killed process left behind (the library names them *.incomplete)."""
+    if staging.is_dir():
+        for p in staging.rglob("*.incomplete"):
+            p.unlink(missing_ok=True)
+
+
+def describe_error(exc: BaseException, what: str) -> str:
+    """One line a user can act on, for the errors huggingface_hub and httpx raise."""
+    if isinstance(exc, GatedRepoError):
+        return f"{what} is gated: accept its licence on the hub and set a token (--token)."
+    if isinstance(exc, RepositoryNotFoundError):
+        return f"{what} was not found on the hub (or it is private: set a token with --token)."
+    if isinstance(exc, RevisionNotFoundError):
+        return f"{what}: that revision does not exist on the hub."
+    if isinstance(exc, EntryNotFoundError):
+        return f"{what}: the file is not in the repo."
+    if isinstance(exc, LocalEntryNotFoundError):
+        return f"{what}: the hub could not be reached and the file is not cached. Check the connection or the endpoint."
+    if isinstance(exc, HfHubHTTPError):
+        return f"{what}: the hub answered an error ({exc})."
+    if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException)):
+        return f"{what}: cannot reach the hub ({type(exc).__name__}). Check the connection or the endpoint."
+    if isinstance(exc, httpx2.HTTPError):
+        return f"{what}: the connection failed ({type(exc).__name__}: {exc}). Try again; the download restarts cleanly."
+    if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
+        return f"{what}: the connection ended before the whole file arrived. Try again; the download restarts cleanly."
+    if isinstance(exc, OSError):
+        return f"{what}: {exc.strerror or exc}."
+    return f"{what}: {type(exc).__name__}: {exc}"

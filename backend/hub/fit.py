@@ -1,0 +1,108 @@
+"""Will a model fit this machine? Disk (a hard limit: refuse with the numbers) and memory (shown).
+
+Memory need is an estimate: llama.cpp maps the weights (file size) and adds the KV cache and compute
+buffers, which for the small models of the catalogue at an 8K context stay well under 0.5 GB.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import NotEnoughDisk
+
+DISK_MARGIN = 64 * 1024 * 1024  # keep a little room so the OS and the manifest writes never hit zero
+RAM_OVERHEAD = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FitReport:
+    size_bytes: int
+    disk_free: int
+    disk_needed: int
+    ram_total: int | None
+    ram_available: int | None
+    ram_needed: int
+    where: str
+
+    @property
+    def disk_ok(self) -> bool:
+        return self.disk_free >= self.disk_needed
+
+    @property
+    def ram_ok(self) -> bool | None:
+        """None when the machine's memory could not be read."""
+        ram = self.ram_available if self.ram_available is not None else self.ram_total
+        return None if ram is None else ram >= self.ram_needed
+
+    def summary(self) -> str:
+        gb = lambda b: f"{b / 1e9:,.2f} GB"  # noqa: E731
+        disk = f"disk: needs {gb(self.disk_needed)}, {gb(self.disk_free)} free ({'fits' if self.disk_ok else 'DOES NOT FIT'})"
+        if self.ram_ok is None:
+            ram = f"memory: needs about {gb(self.ram_needed)} (this machine's memory is unknown)"
+        else:
+            have = self.ram_available if self.ram_available is not None else self.ram_total
+            ram = f"memory: needs about {gb(self.ram_needed)}, {gb(have)} available ({'fits' if self.ram_ok else 'tight: may swap'})"
+        return f"{disk}; {ram}"
+
+    def require_disk(self) -> None:
+        if not self.disk_ok:
+            raise NotEnoughDisk(self.disk_needed, self.disk_free, self.where)
+
+
+def check_fit(size_bytes: int, target_dir: Path, disk_free: Callable[[Path], int] | None = None) -> FitReport:
+    target_dir = Path(target_dir)
+    probe = target_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = (disk_free or _disk_free)(probe)
+    total, available = memory()
+    return FitReport(
+        size_bytes=size_bytes,
+        disk_free=int(free),
+        disk_needed=int(size_bytes) + DISK_MARGIN,
+        ram_total=total,
+        ram_available=available,
+        ram_needed=int(size_bytes) + RAM_OVERHEAD,
+        where=str(target_dir),
+    )
+
+
+def _disk_free(p: Path) -> int:
+    import shutil
+
+    return shutil.disk_usage(p).free
+
+
+def memory() -> tuple[int | None, int | None]:
+    """(total, available) physical memory in bytes; None where the platform does not say."""
+    if sys.platform == "win32":
+        class MEMORYSTATUSEX(ctypes.Structure):
+            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
+
+        st = MEMORYSTATUSEX()
+        st.dwLength = ctypes.sizeof(st)
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(st)):  # type: ignore[attr-defined]
+            return int(st.ullTotalPhys), int(st.ullAvailPhys)
+        return None, None
+    total = available = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:  # Linux: MemAvailable counts reclaimable cache, which is what a new process can get
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    return total, available

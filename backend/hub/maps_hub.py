@@ -1,0 +1,234 @@
+"""RidgeFill map sets on the hub: the naming convention, downloads into the user cache, publishing.
+
+Convention (documented in docs of `python -m app maps --help` too):
+    repo   <owner>/ridgefill-maps-<model id>     owner: HubSettings.maps_owner (default "ridgefill")
+    folder split-<S>/                             one folder per split: ridgefill.json + *.safetensors
+    README.md at the repo root                    never listed in a manifest (the hub rewrites it)
+The model id is the catalogue id (catalogue.json), e.g. ridgefill/ridgefill-maps-smollm2-135m-instruct-q4_1.
+
+A download lands in <cache>/maps/<model id>/split-<S>/ only after every file matched the hub's size and
+sha256 and `check_maps(folder, model_path)` (backend/ridgefill/maps.py) said "verified" or "warning";
+a folder that does not match the model is refused with the reason and the model runs exact.
+A set that is not published raises MapsNotPublished, which tells the user to fit one locally.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import HfApi
+from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+from . import store
+from .catalogue import ModelEntry
+from .downloads import _clean_stale_partials, _hf_download, describe_error, verify_file
+from .errors import DownloadCancelled, HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
+from .fit import check_fit
+from .jobs import DownloadJob, State
+from .settings import HubSettings
+
+MANIFEST = store.MANIFEST
+SPLIT_PREFIX = "split-"
+
+
+def maps_repo_id(entry: ModelEntry, owner: str) -> str:
+    return f"{owner}/ridgefill-maps-{entry.id}"
+
+
+def split_folder(split: int) -> str:
+    return f"{SPLIT_PREFIX}{int(split)}"
+
+
+def fit_hint(entry: ModelEntry, split: int | None) -> str:
+    s = f" --split {split}" if split is not None else ""
+    return f"Fit a map set locally instead: python -m app --model <{entry.id} file> fit-maps{s}"
+
+
+def published_splits(entry: ModelEntry, settings: HubSettings) -> list[int]:
+    """Splits published on the hub for this model ([] when the repo does not exist)."""
+    api = HfApi(endpoint=settings.endpoint, token=settings.token or False)
+    try:
+        items = list(api.list_repo_tree(maps_repo_id(entry, settings.maps_owner)))
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        return []
+    out = []
+    for it in items:
+        name = it.path.split("/")[0]
+        if isinstance(it, RepoFolder) and name.startswith(SPLIT_PREFIX) and name[len(SPLIT_PREFIX):].isdigit():
+            out.append(int(name[len(SPLIT_PREFIX):]))
+    return sorted(set(out))
+
+
+def check_folder(folder: Path, model_path: Path):
+    """MAPS's verdict on a folder: MapCheck(status, reasons)."""
+    try:
+        from backend.ridgefill.maps import check_maps
+    except ImportError as exc:  # the RidgeFill engine is not installed: never use an unchecked folder
+        raise VerificationFailed(f"Map folders cannot be verified here ({exc}); the model runs exact.") from exc
+    return check_maps(folder, model_path)
+
+
+def download_maps(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSettings,
+                  job: DownloadJob | None = None) -> Path:
+    """Download the map set of `entry` at `split` (None: the only or lowest published split),
+    verify it against `model_path` and install it; returns the installed folder."""
+    job = job or DownloadJob(f"maps {entry.id}")
+    try:
+        return _run(entry, split, Path(model_path), settings, job)
+    except DownloadCancelled:
+        job.fail("cancelled by the user; nothing was kept")
+        raise
+    except HubError as exc:
+        job.fail(str(exc))
+        raise
+    except Exception as exc:
+        reason = describe_error(exc, maps_repo_id(entry, settings.maps_owner))
+        job.fail(reason)
+        raise HubError(reason) from exc
+
+
+def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSettings, job: DownloadJob) -> Path:
+    have = {**store.shipped_maps(entry), **store.installed_maps(entry, settings)}
+    if split is not None and split in have:
+        verdict = check_folder(have[split], model_path)
+        if verdict.status in ("verified", "warning"):
+            job.warnings.extend(verdict.reasons if verdict.status == "warning" else [])
+            job.move(State.READY, path=str(have[split]))
+            return have[split]
+    repo_id = maps_repo_id(entry, settings.maps_owner)
+    if settings.offline:
+        cached = ", ".join(f"split {s}" for s in sorted(have)) or "none"
+        raise NotCachedOffline(
+            f"Offline: the map set {repo_id} (split {split if split is not None else 'any'}) is not cached "
+            f"(cached for {entry.id}: {cached}). Go online to download it, or fit one locally."
+        )
+
+    api = HfApi(endpoint=settings.endpoint, token=settings.token or False)
+    try:
+        commit = api.model_info(repo_id).sha
+    except RepositoryNotFoundError as exc:
+        raise MapsNotPublished(f"No map set is published for {entry.id} ({repo_id} does not exist). {fit_hint(entry, split)}") from exc
+    if split is None:
+        splits = published_splits(entry, settings)
+        if not splits:
+            raise MapsNotPublished(f"{repo_id} has no split-<S>/ folder. {fit_hint(entry, None)}")
+        split = splits[0]
+    folder = split_folder(split)
+    try:
+        files = [f for f in api.list_repo_tree(repo_id, path_in_repo=folder, recursive=True, revision=commit)
+                 if isinstance(f, RepoFile)]
+    except EntryNotFoundError:
+        files = []
+    if not any(f.path == f"{folder}/{MANIFEST}" for f in files):
+        avail = ", ".join(str(s) for s in published_splits(entry, settings)) or "none"
+        raise MapsNotPublished(f"{repo_id} has no map set for split {split} (published splits: {avail}). {fit_hint(entry, split)}")
+
+    job.total = sum(f.size for f in files)
+    check_fit(job.total, settings.staging_dir, settings.disk_free).require_disk()
+    staging = settings.staging_dir / f"maps-{entry.id}-{folder}"
+    _clean_stale_partials(staging)
+    job.move(State.DOWNLOADING)
+    for f in files:
+        job.file = f.path
+        _hf_download(repo_id, f.path, commit, staging, settings, job)
+
+    job.move(State.VERIFYING)
+    staged = staging / folder
+    for f in files:  # transport check against the hub's own size and LFS sha256
+        verify_file(staging / f.path, f.size, f.lfs.sha256 if f.lfs else None, job)
+    verdict = check_folder(staged, model_path)
+    if verdict.status not in ("verified", "warning"):
+        store.remove_quietly(staging)
+        raise VerificationFailed(
+            f"The map set {repo_id}/{folder} was refused for {model_path.name}: {'; '.join(verdict.reasons) or verdict.status}. "
+            "The model runs exact."
+        )
+    if verdict.status == "warning":
+        job.warnings.extend(verdict.reasons)
+    final = store.install_folder(staged, settings.maps_dir / entry.id / folder)
+    store.remove_quietly(staging)
+    job.move(State.READY, path=str(final))
+    return final
+
+
+# --- publishing -------------------------------------------------------------------------------
+
+def manifest_files(manifest: dict) -> dict[str, str]:
+    """name -> sha256 of the files a manifest lists (accepts {"files": {name: sha}} or a list of
+    {"name"|"path"|"file": ..., "sha256": ...})."""
+    files = manifest.get("files")
+    if isinstance(files, dict):
+        return {str(k): (v if isinstance(v, str) else str(v.get("sha256", ""))) for k, v in files.items()}
+    out = {}
+    for item in files or []:
+        if isinstance(item, dict):
+            name = item.get("name") or item.get("path") or item.get("file")
+            if name:
+                out[str(name)] = str(item.get("sha256", ""))
+    return out
+
+
+def check_publishable(folder: Path) -> tuple[dict, dict[str, str]]:
+    """The manifest and its files, after local checks: present, hashes match, README.md not listed."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise HubError(f"{folder} is not a map folder: it has no {MANIFEST}.") from exc
+    except ValueError as exc:
+        raise HubError(f"{folder}/{MANIFEST} is not valid JSON ({exc}).") from exc
+    if "split" not in manifest:
+        raise HubError(f"{folder}/{MANIFEST} has no 'split'; it is not a RidgeFill map manifest.")
+    files = manifest_files(manifest)
+    if not files:
+        raise HubError(f"{folder}/{MANIFEST} lists no files.")
+    if any(Path(n).name.lower() == "readme.md" for n in files):
+        raise HubError("The manifest lists README.md, which the hub rewrites: a downloaded copy would never verify. "
+                       "Remove README.md from the manifest (docs are not part of a map set).")
+    for name, sha in files.items():
+        p = folder / name
+        if not p.is_file():
+            raise HubError(f"{name}, listed in the manifest, is missing from {folder}.")
+        if sha and hashlib.sha256(p.read_bytes()).hexdigest() != sha.lower():
+            raise HubError(f"{name} does not match its sha256 in the manifest; refit or copy the folder again.")
+    return manifest, files
+
+
+def readme_text(repo_id: str, split: int, manifest: dict) -> str:
+    arch = manifest.get("architecture") or manifest.get("arch") or ""
+    return (
+        "---\ntags:\n- ridgefill\n- ridgefill-maps\n---\n"
+        f"# {repo_id}\n\nRidgeFill map sets (ridge maps that predict late-layer inputs for prefill skipping)"
+        f"{' for a ' + arch + ' model' if arch else ''}, published with `python -m app publish-maps`.\n\n"
+        "One folder per split `split-<S>/`: `ridgefill.json` (manifest with the model fingerprint and the "
+        "sha256 of every file) and safetensors maps. This README is not part of any manifest.\n\n"
+        f"Latest upload: split {split}.\n"
+    )
+
+
+def publish_maps(folder: Path, repo_id: str, settings: HubSettings, private: bool = False) -> str:
+    """Upload a verified map folder as <repo>/split-<S>/ (+ a README.md at the root); returns the commit URL."""
+    if settings.offline:
+        raise HubError("Offline: publishing needs the hub. Drop --offline.")
+    manifest, files = check_publishable(Path(folder))
+    split = int(manifest["split"])
+    api = HfApi(endpoint=settings.endpoint, token=settings.token or False)
+    with tempfile.TemporaryDirectory(prefix="ridgefill-publish-") as tmp:
+        root = Path(tmp)
+        dest = root / split_folder(split)
+        dest.mkdir()
+        for name in [MANIFEST, *files]:
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(folder) / name, dest / name)
+        (root / "README.md").write_text(readme_text(repo_id, split, manifest), encoding="utf-8")
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            info = api.upload_folder(folder_path=root, repo_id=repo_id,
+                                     commit_message=f"RidgeFill maps, split {split}")
+        except Exception as exc:
+            raise HubError(describe_error(exc, repo_id)) from exc
+    return str(getattr(info, "commit_url", info))

@@ -1,0 +1,52 @@
+"""Where the hub code talks to (endpoint, token, offline) and where it writes (the user cache).
+
+The backend never reads app.paths: the app builds a HubSettings from its own settings and paths.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+DEFAULT_MAPS_OWNER = "ridgefill"
+
+
+@dataclass
+class HubSettings:
+    cache_root: Path  # the app's user cache dir; everything below is derived from it
+    endpoint: str | None = None  # None: huggingface_hub's default (HF_ENDPOINT or huggingface.co)
+    token: str | None = None  # None: no token is sent (public repos)
+    offline: bool = False  # never touch the network; list and use what is cached
+    maps_owner: str = DEFAULT_MAPS_OWNER  # the hub user/org whose ridgefill-maps-* repos are looked up
+    disk_free: Callable[[Path], int] = field(default=lambda p: shutil.disk_usage(p).free)  # tests shrink it
+
+    def __post_init__(self) -> None:
+        self.cache_root = Path(self.cache_root)
+        if self.endpoint:
+            self.endpoint = self.endpoint.rstrip("/")
+
+    @property
+    def models_dir(self) -> Path:
+        """Verified models only: models/<model id>/<file>.gguf + installed.json."""
+        return self._mk("models")
+
+    @property
+    def maps_dir(self) -> Path:
+        """Verified map folders: maps/<model id>/split-<S>/ (the format of backend/ridgefill/maps.py)."""
+        return self._mk("maps")
+
+    @property
+    def staging_dir(self) -> Path:
+        """Downloads in progress and awaiting verification; nothing here is ever used as a model."""
+        return self._mk("downloads")
+
+    @property
+    def hf_cache_dir(self) -> Path:
+        """huggingface_hub's own cache (reused if a file is already there)."""
+        return self._mk("hf-hub")
+
+    def _mk(self, name: str) -> Path:
+        p = self.cache_root / name
+        p.mkdir(parents=True, exist_ok=True)
+        return p

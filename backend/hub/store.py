@@ -1,0 +1,124 @@
+"""What is installed in the user cache, and the atomic steps that put things there.
+
+A model is installed when models/<id>/installed.json exists and its file has the recorded size; the
+record is written (atomically) only after the file was verified and moved into place, so a crash at
+any point leaves either nothing or a verified model, never a half-written one taken for ready.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from backend.model_file import embedded_model_path
+
+from .catalogue import ModelEntry
+from .settings import HubSettings
+
+RECORD = "installed.json"
+MANIFEST = "ridgefill.json"
+
+
+def model_path(entry: ModelEntry, settings: HubSettings) -> Path | None:
+    """The verified file of an entry, or None when it is not installed."""
+    if entry.embedded:
+        p = embedded_model_path()
+        return p if p.is_file() else None
+    if entry.local_path:
+        p = Path(entry.local_path)
+        return p if p.is_file() else None
+    folder = settings.models_dir / entry.id
+    rec = read_record(folder)
+    if rec is None:
+        return None
+    p = folder / rec["filename"]
+    return p if p.is_file() and p.stat().st_size == rec["size_bytes"] else None
+
+
+def read_record(folder: Path) -> dict | None:
+    try:
+        rec = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        return rec if {"filename", "size_bytes"} <= rec.keys() else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def install_model(staged: Path, entry: ModelEntry, settings: HubSettings, facts: dict) -> Path:
+    """Move a verified file into models/<id>/ and then write its record (same volume: os.replace)."""
+    folder = settings.models_dir / entry.id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECORD).unlink(missing_ok=True)  # an older install stops counting before it is replaced
+    final = folder / entry.filename
+    os.replace(staged, final)
+    write_json_atomic(folder / RECORD, {**facts, "filename": entry.filename, "size_bytes": final.stat().st_size,
+                                        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return final
+
+
+def install_folder(staged: Path, final: Path) -> Path:
+    """Swap a verified map folder into place; an older one at `final` is removed only afterwards."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if final.exists():
+        old = final.with_name(final.name + f".old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(staged, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def remove_quietly(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def map_folders(root: Path) -> dict[int, Path]:
+    """split -> folder for every `split-<S>/` holding a manifest under `root`."""
+    out: dict[int, Path] = {}
+    if root.is_dir():
+        for m in sorted(root.glob(f"*/{MANIFEST}")) + sorted(root.glob(MANIFEST)):
+            folder = m.parent
+            split = split_of(folder)
+            if split is not None:
+                out.setdefault(split, folder)
+    return out
+
+
+def split_of(folder: Path) -> int | None:
+    try:
+        return int(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["split"])
+    except (OSError, ValueError, KeyError, TypeError):
+        name = folder.name
+        return int(name.split("-", 1)[1]) if name.startswith("split-") and name[6:].isdigit() else None
+
+
+def installed_maps(entry: ModelEntry, settings: HubSettings) -> dict[int, Path]:
+    """Map folders in the user cache for this model (downloaded or fitted), split -> folder."""
+    return map_folders(settings.maps_dir / entry.id)
+
+
+def shipped_maps(entry: ModelEntry) -> dict[int, Path]:
+    """Maps that ship in maps_cache/ (for the embedded model)."""
+    if not entry.embedded:
+        return {}
+    root = Path(__file__).resolve().parents[2] / "maps_cache"
+    found: dict[int, Path] = {}
+    for manifest in sorted(root.rglob(MANIFEST)) if root.is_dir() else []:
+        split = split_of(manifest.parent)
+        if split is not None:
+            found.setdefault(split, manifest.parent)
+    return found
