@@ -1,0 +1,409 @@
+"""The chat tab: document bar, conversation, input, prefill progress; the view-model of one conversation.
+
+Requests go to the engine service; its events stream back into the last message. The conversation
+is saved after every message and every half second while an answer streams.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.conversations import Conversation, ConversationStore, Document, Message
+from app.engine_service import CountRequest, CountResult, EngineService
+from backend.documents import document_messages, read_document
+from backend.errors import DocumentError
+from backend.protocol import ChatMessage, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
+from ui.chat_view import ChatView
+from ui.controls import RidgeFillControls
+from ui.format import answers_agree, compare_line, eta_line, timings_line
+from ui.ttft_chart import TtftChart
+
+DOC_SUFFIXES = {".txt", ".md", ".markdown", ".pdf", ".text", ".rst"}
+SAVE_EVERY_S = 0.5
+
+
+class ChatPanel(QWidget):
+    conversation_changed = Signal(object)  # Conversation (title or content changed)
+    status = Signal(str)
+
+    def __init__(self, service: EngineService, store: ConversationStore, controls: RidgeFillControls,
+                 chart: TtftChart, max_tokens: int = 256, parent=None):
+        super().__init__(parent)
+        self.service, self.store, self.controls, self.chart = service, store, controls, chart
+        self.max_tokens = max_tokens
+        self.conv = Conversation()
+        self.too_long: str = ""  # the limit message while the prompt does not fit
+        self.last_count: CountResult | None = None
+        self._task_primary: int | None = None
+        self._task_exact: int | None = None
+        self._task_count: int | None = None
+        self._answer: Message | None = None
+        self._answer_widget = None
+        self._exact_text: list[str] = []
+        self._last_save = 0.0
+        self._progress_base: tuple[int, float] | None = None
+        self.setAcceptDrops(True)
+
+        self.attach_btn = QPushButton("Attach document…")
+        self.doc_label = QLabel("No document: attach a .txt, .md or .pdf file, or drop it here.")
+        self.detach_btn = QPushButton("Remove")
+        self.detach_btn.setVisible(False)
+        self.count_label = QLabel()
+        self.count_label.setWordWrap(True)
+        self.view = ChatView()
+        self.input = QPlainTextEdit()
+        self.input.setPlaceholderText("Ask about the document…  (Ctrl+Enter sends)")
+        self.input.setMaximumHeight(80)
+        self.send_btn = QPushButton("Send")
+        self.send_btn.setDefault(True)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.progress_label = QLabel()
+        self.progress_label.setVisible(False)
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.setVisible(False)
+        self.notice.setStyleSheet("color: #c62828")
+
+        doc_row = QHBoxLayout()
+        doc_row.addWidget(self.attach_btn)
+        doc_row.addWidget(self.doc_label, 1)
+        doc_row.addWidget(self.detach_btn)
+        input_row = QHBoxLayout()
+        input_row.addWidget(self.input, 1)
+        btns = QVBoxLayout()
+        btns.addWidget(self.send_btn)
+        btns.addWidget(self.stop_btn)
+        input_row.addLayout(btns)
+        lay = QVBoxLayout(self)
+        lay.addLayout(doc_row)
+        lay.addWidget(self.count_label)
+        lay.addWidget(self.notice)
+        lay.addWidget(self.view, 1)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.progress_label)
+        lay.addLayout(input_row)
+
+        self._count_timer = QTimer(self)
+        self._count_timer.setSingleShot(True)
+        self._count_timer.setInterval(400)
+        self._count_timer.timeout.connect(self.request_count)
+        self.attach_btn.clicked.connect(self.choose_document)
+        self.detach_btn.clicked.connect(self.detach_document)
+        self.send_btn.clicked.connect(self.send)
+        self.stop_btn.clicked.connect(self.stop)
+        self.input.textChanged.connect(self._count_timer.start)
+        QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
+        service.event.connect(self._on_event)
+        service.result.connect(self._on_result)
+        service.cancelled.connect(self._on_cancelled)
+        service.failed.connect(self._on_failed)
+        service.ready.connect(lambda _info: self.request_count())
+
+    # ---- conversation ----------------------------------------------------------------------------
+    def load_conversation(self, conv: Conversation) -> None:
+        if self.busy():
+            self.stop()
+        self.conv = conv
+        self.view.clear()
+        for i, m in enumerate(conv.messages):
+            w = self.view.add(m.role, m.content)
+            self._decorate(w, m)
+        self._show_document()
+        self.request_count()
+
+    def new_conversation(self) -> Conversation:
+        self.load_conversation(Conversation())
+        return self.conv
+
+    def save(self) -> None:
+        if self.conv.messages or self.conv.document:
+            self.store.save(self.conv)
+            self._last_save = time.monotonic()
+
+    def _decorate(self, w, m: Message) -> None:
+        meta = timings_line(m.timings) if m.timings else ""
+        if m.note:
+            meta = (meta + "\n" if meta else "") + m.note
+        if not m.complete and not m.note:
+            meta = (meta + "\n" if meta else "") + "(answer interrupted)"
+        w.set_meta(meta)
+        if m.exact:
+            agree = answers_agree(m.content, m.exact.get("content", ""))
+            w.set_exact(compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
+                        + ("" if agree else f"\nExact answer: {m.exact.get('content', '').strip()}"))
+
+    # ---- documents -------------------------------------------------------------------------------
+    @Slot()
+    def choose_document(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Attach a document", "",
+                                              "Documents (*.txt *.md *.markdown *.pdf);;All files (*)")
+        if path:
+            self.attach_document(path)
+
+    def attach_document(self, path: str | Path) -> bool:
+        try:
+            text = read_document(path)
+        except DocumentError as exc:
+            self._notice(str(exc))
+            return False
+        self.conv.document = Document(Path(path).name, text)
+        if self.conv.title == "New chat":
+            self.conv.title = Path(path).name
+        self.save()
+        self._show_document()
+        self.request_count()
+        self.conversation_changed.emit(self.conv)
+        return True
+
+    @Slot()
+    def detach_document(self) -> None:
+        self.conv.document = None
+        self.save()
+        self._show_document()
+        self.request_count()
+
+    def _show_document(self) -> None:
+        d = self.conv.document
+        if d is None:
+            self.doc_label.setText("No document: attach a .txt, .md or .pdf file, or drop it here.")
+        else:
+            self.doc_label.setText(f"📄 {d.name} · {len(d.text):,} characters")
+        self.detach_btn.setVisible(d is not None)
+
+    def dragEnterEvent(self, e) -> None:
+        if any(Path(u.toLocalFile()).suffix.lower() in DOC_SUFFIXES for u in e.mimeData().urls()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e) -> None:
+        for u in e.mimeData().urls():
+            if Path(u.toLocalFile()).suffix.lower() in DOC_SUFFIXES:
+                self.attach_document(u.toLocalFile())
+                e.acceptProposedAction()
+                return
+
+    # ---- requests --------------------------------------------------------------------------------
+    def history(self, question: str) -> list[ChatMessage]:
+        """The chat so far plus `question`; the document goes into the first user turn."""
+        turns = [(m.role, m.content) for m in self.conv.messages
+                 if m.role == "user" or (m.content.strip() and m.complete)]
+        # drop an unanswered trailing user turn (an earlier failure) so turns alternate
+        clean: list[tuple[str, str]] = []
+        for role, content in turns:
+            if clean and clean[-1][0] == role == "user":
+                clean[-1] = (role, content)
+            else:
+                clean.append((role, content))
+        if clean and clean[-1][0] == "user":
+            clean.pop()
+        clean.append(("user", question))
+        msgs = [ChatMessage(r, c) for r, c in clean]
+        if self.conv.document is not None:
+            msgs[0] = document_messages(self.conv.document.text, msgs[0].content)[0]
+        return msgs
+
+    def build_request(self, question: str, **over) -> CompletionRequest:
+        mode = self.controls.mode()
+        req = CompletionRequest(messages=self.history(question), max_tokens=self.max_tokens, mode=mode,
+                                split=self.controls.split() if mode != "off" else None,
+                                tail=self.controls.tail() if mode != "off" else None)
+        for k, v in over.items():
+            setattr(req, k, v)
+        return req
+
+    @Slot()
+    def request_count(self) -> None:
+        """Ask the engine how many tokens the next request would have (shown before sending)."""
+        if self.conv.document is None and not self.input.toPlainText().strip() and not self.conv.messages:
+            self.count_label.setText("")
+            self.too_long = ""
+            self._update_buttons()
+            return
+        question = self.input.toPlainText().strip() or "?"
+        self._task_count = self.service.submit("count", CountRequest(self.build_request(question)))
+
+    def _show_count(self, c: CountResult) -> None:
+        self.last_count = c
+        usable = c.n_ctx - c.reserve
+        if c.fits:
+            self.too_long = ""
+            self.count_label.setStyleSheet("")
+            self.count_label.setText(f"Prompt: {c.prompt_tokens:,} tokens of {usable:,} available "
+                                     f"(context {c.n_ctx:,}, {c.reserve:,} kept for the answer)")
+        else:
+            self.too_long = c.message
+            self.count_label.setStyleSheet("color: #c62828")
+            self.count_label.setText(f"Too long: {c.prompt_tokens:,} tokens, the limit is {usable:,}. {c.message}")
+        self._update_buttons()
+
+    def busy(self) -> bool:
+        return self._task_primary is not None or self._task_exact is not None
+
+    def _update_buttons(self) -> None:
+        self.send_btn.setEnabled(not self.busy() and not self.too_long)
+        self.stop_btn.setEnabled(self.busy())
+
+    @Slot()
+    def send(self) -> bool:
+        question = self.input.toPlainText().strip()
+        if not question or self.busy():
+            return False
+        if self.too_long:
+            self._notice(self.too_long)
+            return False
+        compare = self.controls.compare.isChecked()
+        # With compare on, neither run reuses a cached prefix, so the two TTFTs measure the same work.
+        primary = self.build_request(question, **({"reuse_prefix": False} if compare else {}))
+        exact = self.build_request(question, mode="off", split=None, tail=None, reuse_prefix=False) if compare else None
+        self._notice("")
+        self.input.clear()
+        self.conv.messages.append(Message("user", question))
+        if self.conv.title == "New chat":
+            self.conv.title = question[:40]
+        self._answer = Message("assistant", "", complete=False)
+        self.conv.messages.append(self._answer)
+        self.save()
+        self.view.add("user", question)
+        self._answer_widget = self.view.add("assistant", "")
+        self._answer_widget.set_meta("waiting for the engine…")
+        self._exact_text = []
+        self._task_primary = self.service.submit("complete", primary)
+        self._task_exact = self.service.submit("complete", exact) if exact else None
+        self._progress_base = None
+        self._update_buttons()
+        self.conversation_changed.emit(self.conv)
+        return True
+
+    @Slot()
+    def stop(self) -> None:
+        if self.busy():
+            self.service.cancel()
+
+    # ---- engine events ---------------------------------------------------------------------------
+    @Slot(int, object)
+    def _on_event(self, tid: int, ev) -> None:
+        if tid not in (self._task_primary, self._task_exact):
+            return
+        label = "exact run" if tid == self._task_exact else "prefill"
+        if isinstance(ev, ProgressEvent):
+            if self._progress_base is None or ev.done < self._progress_base[0]:
+                self._progress_base = (ev.done, ev.elapsed_ms)
+                rate = ev.done / (ev.elapsed_ms / 1000) if ev.elapsed_ms > 0 else 0.0
+            else:
+                d0, t0 = self._progress_base
+                dt = (ev.elapsed_ms - t0) / 1000
+                rate = (ev.done - d0) / dt if dt > 0 else 0.0
+            self.progress.setVisible(True)
+            self.progress_label.setVisible(True)
+            self.progress.setRange(0, max(1, ev.total))
+            self.progress.setValue(ev.done)
+            self.progress_label.setText(eta_line(ev.done, ev.total, rate, label))
+            if ev.done >= ev.total:
+                self._progress_base = None
+        elif isinstance(ev, TokenEvent):
+            self.progress.setVisible(False)
+            self.progress_label.setVisible(False)
+            if tid == self._task_primary and self._answer is not None:
+                self._answer.content += ev.text
+                self._answer_widget.append(ev.text)
+                self._answer_widget.set_meta("answering…")
+                if time.monotonic() - self._last_save > SAVE_EVERY_S:
+                    self.save()
+            else:
+                self._exact_text.append(ev.text)
+                self._answer_widget.set_exact("exact model answering… " + "".join(self._exact_text)[-80:])
+
+    @Slot(int, object)
+    def _on_result(self, tid: int, res) -> None:
+        if tid == self._task_count:
+            self._task_count = None
+            if isinstance(res, CountResult):
+                self._show_count(res)
+            return
+        if not isinstance(res, CompletionResult) or tid not in (self._task_primary, self._task_exact):
+            return
+        t = res.timings.as_dict()
+        if tid == self._task_primary:
+            self._task_primary = None
+            self._answer.content = res.text
+            self._answer.timings = t
+            self._answer.complete = True
+            if res.finish_reason == "cancelled":
+                self._answer.note = "stopped by you"
+            self._answer_widget.set_text(res.text)
+            self.chart.add(self._message_number(), res.timings.ttft_ms, res.timings.mode)
+        else:
+            self._task_exact = None
+            self._answer.exact = {"content": res.text, "timings": t}
+            self.chart.add(self._message_number(), res.timings.ttft_ms, "off")
+        self._decorate(self._answer_widget, self._answer)
+        if self._task_exact is not None and self._task_primary is None:
+            self._answer_widget.set_exact("running the exact model for comparison…")
+        self._finish_if_done()
+
+    def _message_number(self) -> int:
+        return sum(1 for m in self.conv.messages if m.role == "assistant")
+
+    @Slot(int, str)
+    def _on_cancelled(self, tid: int, message: str) -> None:
+        if tid == self._task_count:
+            self._task_count = None
+            return
+        if tid not in (self._task_primary, self._task_exact):
+            return
+        if tid == self._task_primary:
+            self._task_primary = None
+            self._answer.complete = True
+            self._answer.note = "stopped by you during prompt processing"
+        else:
+            self._task_exact = None
+        self._decorate(self._answer_widget, self._answer)
+        self._finish_if_done()
+
+    @Slot(int, str, str)
+    def _on_failed(self, tid: int, etype: str, message: str) -> None:
+        if tid == self._task_count:
+            self._task_count = None
+            return
+        if tid not in (self._task_primary, self._task_exact):
+            return
+        if tid == self._task_primary:
+            self._task_primary = None
+            self._answer.note = message
+            if etype == "DocumentTooLongError":
+                self.too_long = message
+                self._notice(message)
+        else:
+            self._task_exact = None
+            self._answer.note = (self._answer.note + "\n" if self._answer.note else "") + f"exact run failed: {message}"
+        self._decorate(self._answer_widget, self._answer)
+        self._finish_if_done()
+
+    def _finish_if_done(self) -> None:
+        self.save()
+        if not self.busy():
+            self.progress.setVisible(False)
+            self.progress_label.setVisible(False)
+            self.conversation_changed.emit(self.conv)
+            self.request_count()
+        self._update_buttons()
+
+    def _notice(self, text: str) -> None:
+        self.notice.setText(text)
+        self.notice.setVisible(bool(text))
+

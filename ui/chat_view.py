@@ -1,0 +1,83 @@
+"""The conversation view: one widget per message, the last one growing as tokens stream in."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+ROLE_STYLE = {
+    "user": "QFrame#msg { background: palette(alternate-base); border-radius: 8px; }",
+    "assistant": "QFrame#msg { border: 1px solid palette(mid); border-radius: 8px; }",
+}
+
+
+class MessageWidget(QFrame):
+    def __init__(self, role: str, text: str = "", parent=None):
+        super().__init__(parent)
+        self.setObjectName("msg")
+        self.setStyleSheet(ROLE_STYLE.get(role, ""))
+        self.role = role
+        self.who = QLabel("You" if role == "user" else "Assistant")
+        self.who.setStyleSheet("font-weight: bold")
+        self.body = QLabel(text)
+        self.body.setWordWrap(True)
+        self.body.setTextFormat(Qt.PlainText)
+        self.body.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.meta = QLabel()
+        self.meta.setWordWrap(True)
+        self.meta.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
+        self.meta.setVisible(False)
+        self.exact = QLabel()
+        self.exact.setWordWrap(True)
+        self.exact.setTextFormat(Qt.PlainText)
+        self.exact.setStyleSheet("color: #2874a6; font-size: 11px")
+        self.exact.setVisible(False)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 6, 10, 6)
+        lay.addWidget(self.who)
+        lay.addWidget(self.body)
+        lay.addWidget(self.exact)
+        lay.addWidget(self.meta)
+
+    def text(self) -> str:
+        return self.body.text()
+
+    def append(self, piece: str) -> None:
+        self.body.setText(self.body.text() + piece)
+
+    def set_text(self, text: str) -> None:
+        self.body.setText(text)
+
+    def set_meta(self, text: str) -> None:
+        self.meta.setText(text)
+        self.meta.setVisible(bool(text))
+
+    def set_exact(self, text: str) -> None:
+        self.exact.setText(text)
+        self.exact.setVisible(bool(text))
+
+
+class ChatView(QScrollArea):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self._inner = QWidget()
+        self._lay = QVBoxLayout(self._inner)
+        self._lay.addStretch(1)
+        self.setWidget(self._inner)
+        self.messages: list[MessageWidget] = []
+
+    def add(self, role: str, text: str = "") -> MessageWidget:
+        w = MessageWidget(role, text)
+        self._lay.insertWidget(self._lay.count() - 1, w)
+        self.messages.append(w)
+        self.scroll_to_end()
+        return w
+
+    def clear(self) -> None:
+        for w in self.messages:
+            w.setParent(None)
+            w.deleteLater()
+        self.messages = []
+
+    def scroll_to_end(self) -> None:
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))

@@ -1,0 +1,161 @@
+"""RidgeFill controls: on/off, mode, split slider over the layers, exact tail, compare, maps status."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+STATUS_STYLE = {
+    "verified": ("Maps verified ✓", "color: #2e7d32"),
+    "warning": ("Maps usable, with a warning", "color: #b26a00"),
+    "refused": ("Maps refused: runs exact", "color: #c62828"),
+    "missing": ("No maps for this split: runs exact", "color: #c62828"),
+    "unavailable": ("Map support not installed: runs exact", "color: #777"),
+    "checking": ("Checking maps…", "color: #777"),
+}
+
+
+class RidgeFillControls(QGroupBox):
+    changed = Signal()  # mode, split or tail changed (applies to the next request)
+    split_settled = Signal(int)  # the slider rested on a split: check its maps
+    download_maps = Signal(int)
+    fit_maps = Signal(int)
+    cancel_fit = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__("RidgeFill", parent)
+        self.n_layer = 30
+        self.toggle = QCheckBox("Skip late layers for bulk rows (RidgeFill)")
+        self.toggle.setChecked(True)
+        self.mode_box = QComboBox()
+        self.mode_box.addItem("speed (ridge maps)", "speed")
+        self.mode_box.addItem("plumb (oracle check)", "plumb")
+        self.slider = QSlider(Qt.Horizontal)
+        self.slider.setTickPosition(QSlider.TicksBelow)
+        self.slider.setTickInterval(1)
+        self.slider.setPageStep(1)
+        self.split_label = QLabel()
+        self.split_label.setWordWrap(True)
+        self.tail_spin = QSpinBox()
+        self.tail_spin.setRange(16, 131072)
+        self.tail_spin.setSingleStep(128)
+        self.tail_spin.setSuffix(" tokens")
+        self.compare = QCheckBox("Compare with exact (runs the exact model too)")
+        self.maps_label = QLabel()
+        self.maps_label.setWordWrap(True)
+        self.maps_reasons = QLabel()
+        self.maps_reasons.setWordWrap(True)
+        self.maps_reasons.setStyleSheet("color: #777; font-size: 11px")
+        self.download_btn = QPushButton("Download maps")
+        self.fit_btn = QPushButton("Fit maps for this split")
+        self.fit_bar = QProgressBar()
+        self.fit_bar.setVisible(False)
+        self.fit_cancel = QPushButton("Cancel fit")
+        self.fit_cancel.setVisible(False)
+
+        form = QFormLayout()
+        form.addRow("Mode", self.mode_box)
+        form.addRow("Split", self.slider)
+        form.addRow("", self.split_label)
+        form.addRow("Exact tail", self.tail_spin)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_btn)
+        buttons.addWidget(self.fit_btn)
+        fit_row = QHBoxLayout()
+        fit_row.addWidget(self.fit_bar, 1)
+        fit_row.addWidget(self.fit_cancel)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.toggle)
+        lay.addLayout(form)
+        lay.addWidget(self.compare)
+        lay.addWidget(self.maps_label)
+        lay.addWidget(self.maps_reasons)
+        lay.addLayout(buttons)
+        lay.addLayout(fit_row)
+
+        self._settle = QTimer(self)
+        self._settle.setSingleShot(True)
+        self._settle.setInterval(250)
+        self._settle.timeout.connect(lambda: self.split_settled.emit(self.split()))
+        self.toggle.toggled.connect(self._on_change)
+        self.mode_box.currentIndexChanged.connect(self._on_change)
+        self.slider.valueChanged.connect(self._on_split)
+        self.tail_spin.valueChanged.connect(self._on_change)
+        self.download_btn.clicked.connect(lambda: self.download_maps.emit(self.split()))
+        self.fit_btn.clicked.connect(lambda: self.fit_maps.emit(self.split()))
+        self.fit_cancel.clicked.connect(self.cancel_fit)
+        self.set_model(30, 15, 2048)
+
+    # -- model --
+    def set_model(self, n_layer: int, split: int, tail: int) -> None:
+        self.n_layer = n_layer
+        self.slider.blockSignals(True)
+        self.slider.setRange(1, max(1, n_layer - 1))
+        self.slider.setValue(min(max(1, split), n_layer - 1))
+        self.slider.blockSignals(False)
+        self.tail_spin.blockSignals(True)
+        self.tail_spin.setValue(tail)
+        self.tail_spin.blockSignals(False)
+        self._update_label()
+        self._on_change()
+
+    # -- what the next request gets --
+    def mode(self) -> str:
+        return self.mode_box.currentData() if self.toggle.isChecked() else "off"
+
+    def split(self) -> int:
+        return self.slider.value()
+
+    def tail(self) -> int:
+        return self.tail_spin.value()
+
+    # -- maps --
+    def set_maps_status(self, status: str, reasons: list[str] | None = None) -> None:
+        text, style = STATUS_STYLE.get(status, (status, ""))
+        self.maps_status = status
+        self.maps_label.setText(f"{text} (split {self.split()})")
+        self.maps_label.setStyleSheet(style)
+        self.maps_reasons.setText("\n".join(reasons or []))
+        self.maps_reasons.setVisible(bool(reasons))
+        self.fit_btn.setEnabled(status != "verified" and not self.fit_bar.isVisible())
+
+    def set_fit_progress(self, done: int, total: int, label: str) -> None:
+        self.fit_bar.setVisible(True)
+        self.fit_cancel.setVisible(True)
+        self.fit_btn.setEnabled(False)
+        self.fit_bar.setRange(0, max(1, total))
+        self.fit_bar.setValue(done)
+        self.fit_bar.setFormat(label)
+
+    def fit_finished(self) -> None:
+        self.fit_bar.setVisible(False)
+        self.fit_cancel.setVisible(False)
+        self.fit_btn.setEnabled(True)
+
+    # -- internals --
+    def _on_split(self) -> None:
+        self._update_label()
+        self._settle.start()
+        self._on_change()
+
+    def _update_label(self) -> None:
+        s, last = self.split(), self.n_layer - 1
+        self.split_label.setText(f"S = {s}: layers {s}–{last} predicted for bulk rows; layers 0–{s - 1} exact")
+
+    def _on_change(self, *_) -> None:
+        on = self.toggle.isChecked()
+        for w in (self.mode_box, self.slider, self.tail_spin):
+            w.setEnabled(on)
+        self.changed.emit()

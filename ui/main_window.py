@@ -1,0 +1,307 @@
+"""The main window: conversations on the left, tabs (chat, recall, models) in the middle,
+RidgeFill controls and the TTFT chart on the right, engine state in the status bar."""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt, Slot
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.conversations import Conversation, ConversationStore
+from app.engine_service import EngineReady, EngineService, EngineSettings, FitMapsRequest, MapsStatus, MapsStatusRequest
+from app.settings import Settings
+from backend.protocol import ProgressEvent
+from ui.chat_panel import ChatPanel
+from ui.controls import RidgeFillControls
+from ui.settings_dialog import SettingsDialog
+from ui.ttft_chart import TtftChart
+
+log = logging.getLogger(__name__)
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: Settings, service: EngineService, store: ConversationStore | None = None):
+        super().__init__()
+        self.settings = settings
+        self.service = service
+        self.store = store or ConversationStore()
+        self.setWindowTitle("RidgeFill Desktop")
+        self.resize(1280, 820)
+        self._maps_task: int | None = None
+        self._fit_task: int | None = None
+
+        self.controls = RidgeFillControls()
+        self.chart = TtftChart()
+        self.chat = ChatPanel(service, self.store, self.controls, self.chart, max_tokens=settings.max_tokens)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.chat, "Chat")
+        self.recall = None
+        self.models = None
+        self._add_optional_tabs()
+
+        # conversations
+        self.conv_list = QListWidget()
+        new_btn = QPushButton("New chat")
+        new_btn.clicked.connect(self.new_conversation)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(4, 4, 4, 4)
+        ll.addWidget(new_btn)
+        ll.addWidget(self.conv_list, 1)
+        dock_left = QDockWidget("Conversations")
+        dock_left.setObjectName("conversations")
+        dock_left.setWidget(left)
+        dock_left.setFeatures(QDockWidget.DockWidgetMovable)
+        self.addDockWidget(Qt.LeftDockWidgetArea, dock_left)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(4, 4, 4, 4)
+        rl.addWidget(self.controls)
+        rl.addWidget(QLabel("Time to first token, this session"))
+        rl.addWidget(self.chart, 1)
+        dock_right = QDockWidget("RidgeFill")
+        dock_right.setObjectName("ridgefill")
+        dock_right.setWidget(right)
+        dock_right.setFeatures(QDockWidget.DockWidgetMovable)
+        self.addDockWidget(Qt.RightDockWidgetArea, dock_right)
+        self.resizeDocks([dock_left, dock_right], [200, 380], Qt.Horizontal)
+        self.setCentralWidget(self.tabs)
+
+        self.engine_label = QLabel("Starting the engine…")
+        self.statusBar().addWidget(self.engine_label, 1)
+        self._build_menu()
+
+        service.ready.connect(self._on_ready)
+        service.crashed.connect(self._on_crashed)
+        service.fatal.connect(self._on_fatal)
+        service.result.connect(self._on_result)
+        service.event.connect(self._on_event)
+        service.failed.connect(self._on_task_end)
+        service.cancelled.connect(self._on_task_end)
+        self.controls.split_settled.connect(self.check_maps)
+        self.controls.fit_maps.connect(self.fit_maps)
+        self.controls.cancel_fit.connect(lambda: self._fit_task and self.service.cancel(self._fit_task))
+        self.controls.download_maps.connect(self.download_maps)
+        self.controls.toggle.setChecked(settings.ridgefill_on)
+        self.controls.compare.setChecked(settings.compare_exact)
+        self.chat.conversation_changed.connect(self._refresh_list)
+        self.conv_list.currentItemChanged.connect(self._on_pick)
+
+        convs = self.store.load_all()
+        if convs:
+            self.chat.load_conversation(convs[0])
+        self._refresh_list()
+
+    def _add_optional_tabs(self) -> None:
+        """Recall and models panels need EVALS's and HUB's modules; without them the tab says so."""
+        try:
+            from ui.recall_panel import RecallPanel
+
+            self.recall = RecallPanel(self.service, self.controls, self.chat)
+            self.tabs.addTab(self.recall, "Recall")
+        except ImportError as exc:
+            log.info("recall panel unavailable: %s", exc)
+        try:
+            from ui.models_panel import ModelsPanel
+
+            self.models = ModelsPanel(self.service, self.settings)
+            self.models.open_model.connect(self.open_model)
+            self.tabs.addTab(self.models, "Models && maps")
+        except ImportError as exc:
+            log.info("models panel unavailable: %s", exc)
+
+    def _build_menu(self) -> None:
+        m = self.menuBar().addMenu("&File")
+        for text, slot, key in [
+            ("Attach document…", self.chat.choose_document, "Ctrl+O"),
+            ("Open local GGUF model…", self.choose_model, "Ctrl+Shift+O"),
+            ("Settings…", self.open_settings, "Ctrl+,"),
+            ("Quit", self.close, "Ctrl+Q"),
+        ]:
+            a = QAction(text, self)
+            a.setShortcut(key)
+            a.triggered.connect(slot)
+            m.addAction(a)
+        e = self.menuBar().addMenu("&Engine")
+        a = QAction("Restart engine", self)
+        a.triggered.connect(lambda: self.restart_engine())
+        e.addAction(a)
+
+    # ---- conversations ---------------------------------------------------------------------------
+    @Slot()
+    def new_conversation(self) -> None:
+        self.chat.new_conversation()
+        self.chart.clear()
+        self._refresh_list()
+
+    @Slot(object)
+    def _refresh_list(self, *_):
+        self.conv_list.blockSignals(True)
+        self.conv_list.clear()
+        convs = self.store.load_all()
+        if not any(c.id == self.chat.conv.id for c in convs):
+            convs.insert(0, self.chat.conv)
+        for c in convs:
+            item = QListWidgetItem(c.title)
+            item.setData(Qt.UserRole, c.id)
+            self.conv_list.addItem(item)
+            if c.id == self.chat.conv.id:
+                self.conv_list.setCurrentItem(item)
+        self.conv_list.blockSignals(False)
+
+    def _on_pick(self, item, _prev) -> None:
+        if item is None:
+            return
+        cid = item.data(Qt.UserRole)
+        if cid == self.chat.conv.id:
+            return
+        try:
+            conv = self.store.load(cid)
+        except (OSError, ValueError, KeyError):
+            return
+        self.chat.load_conversation(conv)
+        self.chart.clear()
+
+    # ---- engine ----------------------------------------------------------------------------------
+    @Slot(object)
+    def _on_ready(self, info: EngineReady) -> None:
+        s = self.settings
+        split = s.split if 0 < s.split < info.n_layer else info.default_split
+        tail = s.tail if s.tail > 0 else info.default_tail
+        self.controls.set_model(info.n_layer, split, tail)
+        self.engine_label.setText(
+            f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
+            f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
+        self.check_maps(self.controls.split())
+
+    @Slot(str)
+    def _on_crashed(self, message: str) -> None:
+        self.engine_label.setText(message)
+        self.chat._notice(message)
+
+    @Slot(str)
+    def _on_fatal(self, message: str) -> None:
+        self.engine_label.setText("Engine stopped: " + message)
+        QMessageBox.warning(self, "Engine", message)
+
+    def engine_settings(self) -> EngineSettings:
+        from backend.model_file import embedded_model_path
+
+        s = self.settings
+        return EngineSettings(model_path=s.model_path or str(embedded_model_path()), n_ctx=s.n_ctx,
+                              n_threads=s.threads or None)
+
+    def restart_engine(self, settings: EngineSettings | None = None) -> None:
+        self.engine_label.setText("Restarting the engine…")
+        self.service.restart(settings or self.engine_settings())
+
+    @Slot()
+    def choose_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.open_model(path)
+
+    @Slot(str)
+    def open_model(self, path: str) -> None:
+        from backend.errors import ModelFileError
+        from backend.model_file import read_model_info
+
+        try:
+            read_model_info(path)  # a clear error here, before the engine tries
+        except ModelFileError as exc:
+            QMessageBox.warning(self, "Open model", str(exc))
+            return
+        self.settings.model_path = path
+        self.settings.save()
+        self.chart.clear()
+        self.restart_engine()
+
+    @Slot()
+    def open_settings(self) -> None:
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec():
+            restart = dlg.apply()
+            self.settings.save()
+            self.settings.apply_environment()
+            self.chat.max_tokens = self.settings.max_tokens
+            if restart:
+                self.restart_engine()
+
+    # ---- maps ------------------------------------------------------------------------------------
+    @Slot(int)
+    def check_maps(self, split: int) -> None:
+        self.controls.set_maps_status("checking")
+        self._maps_task = self.service.submit("maps_status", MapsStatusRequest(split))
+
+    @Slot(int)
+    def fit_maps(self, split: int) -> None:
+        self.controls.set_fit_progress(0, 1, f"fitting maps for split {split}…")
+        self._fit_task = self.service.submit("fit_maps", FitMapsRequest(split))
+
+    @Slot(int)
+    def download_maps(self, split: int) -> None:
+        if self.models is None:
+            QMessageBox.information(self, "Maps", "The catalogue is not available in this build; "
+                                    "use “Fit maps for this split” to make them locally.")
+            return
+        self.tabs.setCurrentWidget(self.models)
+        self.models.download_maps_for(self.service.info, split)
+
+    @Slot(int, object)
+    def _on_event(self, tid: int, ev) -> None:
+        if tid == self._fit_task and isinstance(ev, ProgressEvent):
+            self.controls.set_fit_progress(ev.done, ev.total, f"{ev.stage}: {ev.done:,} / {ev.total:,}")
+
+    @Slot(int, object)
+    def _on_result(self, tid: int, res) -> None:
+        if tid == self._maps_task and isinstance(res, MapsStatus):
+            self._maps_task = None
+            if res.split == self.controls.split():
+                self.controls.set_maps_status(res.status, res.reasons)
+        elif tid == self._fit_task:
+            self._fit_task = None
+            self.controls.fit_finished()
+            self.check_maps(self.controls.split())
+
+    @Slot(int, str)
+    @Slot(int, str, str)
+    def _on_task_end(self, tid: int, *msg) -> None:
+        if tid == self._fit_task:
+            self._fit_task = None
+            self.controls.fit_finished()
+            self.controls.maps_reasons.setText("Fit: " + msg[-1])
+            self.controls.maps_reasons.setVisible(True)
+        elif tid == self._maps_task:
+            self._maps_task = None
+            self.controls.set_maps_status("unavailable", [msg[-1]])
+
+    # ---- lifetime --------------------------------------------------------------------------------
+    def closeEvent(self, e) -> None:
+        s = self.settings
+        s.ridgefill_on = self.controls.toggle.isChecked()
+        s.compare_exact = self.controls.compare.isChecked()
+        s.split, s.tail = self.controls.split(), self.controls.tail()
+        try:
+            s.save()
+        except OSError:
+            pass
+        self.chat.save()
+        for panel in (self.recall, self.models):
+            if panel is not None and hasattr(panel, "shutdown"):
+                panel.shutdown()
+        self.service.shutdown()
+        super().closeEvent(e)

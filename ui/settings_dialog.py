@@ -1,0 +1,78 @@
+"""Settings: threads, context size, answer room, hub endpoint and token, cache location."""
+from __future__ import annotations
+
+import os
+
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+from app.settings import Settings
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.settings = settings
+        self.threads = QSpinBox()
+        self.threads.setRange(0, os.cpu_count() or 64)
+        self.threads.setSpecialValueText("all cores")
+        self.threads.setValue(settings.threads)
+        self.ctx = QSpinBox()
+        self.ctx.setRange(512, 262144)
+        self.ctx.setSingleStep(1024)
+        self.ctx.setValue(settings.n_ctx)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(8, 8192)
+        self.max_tokens.setValue(settings.max_tokens)
+        self.endpoint = QLineEdit(settings.hub_endpoint)
+        self.endpoint.setPlaceholderText("https://huggingface.co (default)")
+        self.token = QLineEdit(settings.hub_token)
+        self.token.setEchoMode(QLineEdit.Password)
+        self.token.setPlaceholderText("only for private or gated repositories")
+        self.cache = QLineEdit(settings.cache_location)
+        self.cache.setPlaceholderText("the platform's user cache folder (default)")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        cache_row = QHBoxLayout()
+        cache_row.addWidget(self.cache, 1)
+        cache_row.addWidget(browse)
+        cache_w = QWidget()
+        cache_w.setLayout(cache_row)
+        cache_row.setContentsMargins(0, 0, 0, 0)
+        form = QFormLayout(self)
+        form.addRow("CPU threads", self.threads)
+        form.addRow("Context size (tokens)", self.ctx)
+        form.addRow("Room kept for an answer", self.max_tokens)
+        form.addRow("Hub endpoint", self.endpoint)
+        form.addRow("Hub token", self.token)
+        form.addRow("Cache location", cache_w)
+        form.addRow(QLabel("Threads and context size restart the engine. The theme follows the system."))
+        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _browse(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Cache location", self.cache.text())
+        if d:
+            self.cache.setText(d)
+
+    def apply(self) -> bool:
+        """Copy the fields into the settings; True when the engine must restart."""
+        s = self.settings
+        restart = (s.threads, s.n_ctx) != (self.threads.value(), self.ctx.value())
+        s.threads, s.n_ctx, s.max_tokens = self.threads.value(), self.ctx.value(), self.max_tokens.value()
+        s.hub_endpoint, s.hub_token = self.endpoint.text().strip(), self.token.text().strip()
+        s.cache_location = self.cache.text().strip()
+        return restart
