@@ -10,7 +10,7 @@ from app.logging_setup import setup_logging
 from backend.errors import RidgeFillError
 
 # One module per command; each adds its own sub-parser and sets `func`.
-COMMANDS = ["info", "chat", "demo", "run"]
+COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--ctx", type=int, default=8192, help="context size in tokens (capped at the model's)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    parser.add_argument("--selftest", action="store_true", help="check this install headless and exit (0 = all held)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"app.commands.{name}").register(sub)
@@ -32,6 +33,10 @@ def run_cli(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
+    if args.selftest:
+        from app.selftest import run_selftest
+
+        return run_selftest(args)
     if args.command is None:
         from app.commands.run import open_gui
 
