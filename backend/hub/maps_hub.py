@@ -6,7 +6,7 @@ Convention (documented in docs of `python -m app maps --help` too):
     README.md at the repo root                    never listed in a manifest (the hub rewrites it)
 The model id is the catalogue id (catalogue.json), e.g. ridgefill/ridgefill-maps-smollm2-135m-instruct-q4_1.
 
-A download lands in <cache>/maps/<model id>/split-<S>/ only after every file matched the hub's size and
+A download lands in <cache>/maps/<name find_maps prefers>/ only after every file matched the hub's size and
 sha256 and `check_maps(folder, model_path)` (backend/ridgefill/maps.py) said "verified" or "warning";
 a folder that does not match the model is refused with the reason and the model runs exact.
 A set that is not published raises MapsNotPublished, which tells the user to fit one locally.
@@ -25,13 +25,13 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from . import store
 from .catalogue import ModelEntry
-from .downloads import _clean_stale_partials, _hf_download, describe_error, verify_file
+from .downloads import _hf_download, describe_error, verify_file
 from .errors import DownloadCancelled, HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
 from .fit import check_fit
 from .jobs import DownloadJob, State
 from .settings import HubSettings
 
-MANIFEST = store.MANIFEST
+MANIFEST = "ridgefill.json"  # backend/ridgefill/map_format.py: MANIFEST
 SPLIT_PREFIX = "split-"
 
 
@@ -43,9 +43,10 @@ def split_folder(split: int) -> str:
     return f"{SPLIT_PREFIX}{int(split)}"
 
 
-def fit_hint(entry: ModelEntry, split: int | None) -> str:
+def fit_hint(entry: ModelEntry, split: int | None, model_path: Path | None = None) -> str:
     s = f" --split {split}" if split is not None else ""
-    return f"Fit a map set locally instead: python -m app --model <{entry.id} file> fit-maps{s}"
+    model = "" if entry.embedded else f" --model {model_path or '<the ' + entry.id + ' file>'}"
+    return f"Fit a map set locally instead: python -m app{model} fit-maps{s}"
 
 
 def published_splits(entry: ModelEntry, settings: HubSettings) -> list[int]:
@@ -64,7 +65,7 @@ def published_splits(entry: ModelEntry, settings: HubSettings) -> list[int]:
 
 
 def check_folder(folder: Path, model_path: Path):
-    """MAPS's verdict on a folder: MapCheck(status, reasons)."""
+    """MAPS's verdict on a folder: MapCheck(status, reasons, split, folder)."""
     try:
         from backend.ridgefill.maps import check_maps
     except ImportError as exc:  # the RidgeFill engine is not installed: never use an unchecked folder
@@ -72,10 +73,43 @@ def check_folder(folder: Path, model_path: Path):
     return check_maps(folder, model_path)
 
 
+def search_dirs(settings: HubSettings) -> list[Path]:
+    """Where map folders for a model are looked for: the user cache, then the shipped maps_cache/."""
+    from backend.ridgefill.map_store import shipped_maps_dir
+
+    return [settings.maps_dir, shipped_maps_dir()]
+
+
+def local_map_sets(model_path: Path, settings: HubSettings) -> dict[int, "object"]:
+    """split -> MapCheck for every map folder on disk that is usable with this model (verified or
+    warning); the user cache wins over the shipped folder for the same split."""
+    from backend.ridgefill.map_format import MANIFEST as MANIFEST_NAME
+
+    found: dict[int, object] = {}
+    for d in search_dirs(settings):
+        if not Path(d).is_dir():
+            continue
+        for sub in sorted(Path(d).iterdir()):
+            if not (sub / MANIFEST_NAME).is_file():
+                continue
+            verdict = check_folder(sub, model_path)
+            if verdict.status in ("verified", "warning") and verdict.split is not None:
+                found.setdefault(verdict.split, verdict)
+    return found
+
+
+def install_name(model_path: Path, split: int) -> str:
+    """The folder name find_maps prefers for this model and split (backend/ridgefill/map_store.py)."""
+    from backend.ridgefill.fingerprint import model_fingerprint
+    from backend.ridgefill.map_store import map_folder_name
+
+    return map_folder_name(model_fingerprint(model_path, layers=[]), split)
+
+
 def download_maps(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSettings,
                   job: DownloadJob | None = None) -> Path:
-    """Download the map set of `entry` at `split` (None: the only or lowest published split),
-    verify it against `model_path` and install it; returns the installed folder."""
+    """Download the map set of `entry` at `split` (None: the lowest published split), verify it
+    against `model_path` and install it where find_maps looks; returns the installed folder."""
     job = job or DownloadJob(f"maps {entry.id}")
     try:
         return _run(entry, split, Path(model_path), settings, job)
@@ -92,13 +126,11 @@ def download_maps(entry: ModelEntry, split: int | None, model_path: Path, settin
 
 
 def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSettings, job: DownloadJob) -> Path:
-    have = {**store.shipped_maps(entry), **store.installed_maps(entry, settings)}
+    have = local_map_sets(model_path, settings)
     if split is not None and split in have:
-        verdict = check_folder(have[split], model_path)
-        if verdict.status in ("verified", "warning"):
-            job.warnings.extend(verdict.reasons if verdict.status == "warning" else [])
-            job.move(State.READY, path=str(have[split]))
-            return have[split]
+        job.warnings.extend(have[split].reasons if have[split].status == "warning" else [])
+        job.move(State.READY, path=str(have[split].folder))
+        return Path(have[split].folder)
     repo_id = maps_repo_id(entry, settings.maps_owner)
     if settings.offline:
         cached = ", ".join(f"split {s}" for s in sorted(have)) or "none"
@@ -111,11 +143,11 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     try:
         commit = api.model_info(repo_id).sha
     except RepositoryNotFoundError as exc:
-        raise MapsNotPublished(f"No map set is published for {entry.id} ({repo_id} does not exist). {fit_hint(entry, split)}") from exc
+        raise MapsNotPublished(f"No map set is published for {entry.id} ({repo_id} does not exist). {fit_hint(entry, split, model_path)}") from exc
     if split is None:
         splits = published_splits(entry, settings)
         if not splits:
-            raise MapsNotPublished(f"{repo_id} has no split-<S>/ folder. {fit_hint(entry, None)}")
+            raise MapsNotPublished(f"{repo_id} has no split-<S>/ folder. {fit_hint(entry, None, model_path)}")
         split = splits[0]
     folder = split_folder(split)
     try:
@@ -125,12 +157,13 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
         files = []
     if not any(f.path == f"{folder}/{MANIFEST}" for f in files):
         avail = ", ".join(str(s) for s in published_splits(entry, settings)) or "none"
-        raise MapsNotPublished(f"{repo_id} has no map set for split {split} (published splits: {avail}). {fit_hint(entry, split)}")
+        raise MapsNotPublished(f"{repo_id} has no map set for split {split} (published splits: {avail}). {fit_hint(entry, split, model_path)}")
+    files = [f for f in files if Path(f.path).name.lower() != "readme.md"]  # docs are never part of a set
 
     job.total = sum(f.size for f in files)
     check_fit(job.total, settings.staging_dir, settings.disk_free).require_disk()
     staging = settings.staging_dir / f"maps-{entry.id}-{folder}"
-    _clean_stale_partials(staging)
+    store.remove_quietly(staging)  # a clean restart: map files are small, nothing worth resuming
     job.move(State.DOWNLOADING)
     for f in files:
         job.file = f.path
@@ -144,12 +177,12 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     if verdict.status not in ("verified", "warning"):
         store.remove_quietly(staging)
         raise VerificationFailed(
-            f"The map set {repo_id}/{folder} was refused for {model_path.name}: {'; '.join(verdict.reasons) or verdict.status}. "
-            "The model runs exact."
+            f"The map set {repo_id}/{folder} was refused for {model_path.name}: "
+            f"{'; '.join(verdict.reasons) or verdict.status} The model runs exact."
         )
     if verdict.status == "warning":
         job.warnings.extend(verdict.reasons)
-    final = store.install_folder(staged, settings.maps_dir / entry.id / folder)
+    final = store.install_folder(staged, settings.maps_dir / install_name(model_path, split))
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
     return final

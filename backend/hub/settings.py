@@ -33,7 +33,7 @@ class HubSettings:
 
     @property
     def maps_dir(self) -> Path:
-        """Verified map folders: maps/<model id>/split-<S>/ (the format of backend/ridgefill/maps.py)."""
+        """Verified map folders, named as backend/ridgefill/map_store.py names them (find_maps looks here)."""
         return self._mk("maps")
 
     @property

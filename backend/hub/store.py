@@ -18,7 +18,6 @@ from .catalogue import ModelEntry
 from .settings import HubSettings
 
 RECORD = "installed.json"
-MANIFEST = "ridgefill.json"
 
 
 def model_path(entry: ModelEntry, settings: HubSettings) -> Path | None:
@@ -84,41 +83,3 @@ def remove_quietly(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def map_folders(root: Path) -> dict[int, Path]:
-    """split -> folder for every `split-<S>/` holding a manifest under `root`."""
-    out: dict[int, Path] = {}
-    if root.is_dir():
-        for m in sorted(root.glob(f"*/{MANIFEST}")) + sorted(root.glob(MANIFEST)):
-            folder = m.parent
-            split = split_of(folder)
-            if split is not None:
-                out.setdefault(split, folder)
-    return out
-
-
-def split_of(folder: Path) -> int | None:
-    try:
-        return int(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["split"])
-    except (OSError, ValueError, KeyError, TypeError):
-        name = folder.name
-        return int(name.split("-", 1)[1]) if name.startswith("split-") and name[6:].isdigit() else None
-
-
-def installed_maps(entry: ModelEntry, settings: HubSettings) -> dict[int, Path]:
-    """Map folders in the user cache for this model (downloaded or fitted), split -> folder."""
-    return map_folders(settings.maps_dir / entry.id)
-
-
-def shipped_maps(entry: ModelEntry) -> dict[int, Path]:
-    """Maps that ship in maps_cache/ (for the embedded model)."""
-    if not entry.embedded:
-        return {}
-    root = Path(__file__).resolve().parents[2] / "maps_cache"
-    found: dict[int, Path] = {}
-    for manifest in sorted(root.rglob(MANIFEST)) if root.is_dir() else []:
-        split = split_of(manifest.parent)
-        if split is not None:
-            found.setdefault(split, manifest.parent)
-    return found

@@ -1,0 +1,36 @@
+"""`python -m app download-maps MODEL [--split S]`: fetch a published map set, verify it against the
+installed model, and put it where the engine looks (the user cache). A set that is not published
+says how to fit one locally; a set that does not match the model is refused with the reason."""
+from __future__ import annotations
+
+from app.commands.download import add_hub_options, catalogue, hub_settings, progress_printer
+from backend.hub import store
+from backend.hub.catalogue import find_entry
+from backend.hub.errors import HubError
+from backend.hub.jobs import DownloadJob
+
+
+def register(sub) -> None:
+    p = sub.add_parser("download-maps", help="download a model's RidgeFill map set from the hub, verified")
+    p.add_argument("name", metavar="MODEL", help="a catalogue id (see `models`); the model must be installed")
+    p.add_argument("--split", type=int, default=None, help="split S (default: the model's default split)")
+    add_hub_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backend.hub.maps_hub import download_maps
+    from backend.model_file import read_model_info
+    from backend.ridgefill.defaults import default_split
+
+    settings = hub_settings(args)
+    entry = find_entry(args.name, catalogue())
+    path = store.model_path(entry, settings)
+    if path is None:
+        raise HubError(f"{entry.id} is not installed; maps are checked against the model. "
+                       f"Run `python -m app download {entry.id}` first.")
+    split = args.split if args.split is not None else default_split(read_model_info(path))
+    job = DownloadJob(f"maps {entry.id} split {split}", on_event=progress_printer(f"maps {entry.id}"))
+    folder = download_maps(entry, split, path, settings, job)
+    print(folder)
+    return 0
