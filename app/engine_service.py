@@ -108,6 +108,7 @@ class EngineReady:
     n_ctx_train: int
     default_split: int
     default_tail: int
+    min_tail: int
     min_bulk: int
     load_s: float
 
@@ -116,14 +117,15 @@ class EngineReady:
 
 
 # ---- the child process ---------------------------------------------------------------------------
-def _ridgefill_defaults(info) -> tuple[int, int, int]:
-    """(split, tail, min_bulk) from INJECT's defaults module, or the reference values until it lands."""
+def _ridgefill_defaults(info) -> tuple[int, int, int, int]:
+    """(split, tail, min_tail, min_bulk) from backend/ridgefill/defaults.py, or the reference values."""
     try:
         from backend.ridgefill import defaults
 
-        return int(defaults.default_split(info)), int(defaults.default_tail(info)), int(defaults.MIN_BULK)
-    except Exception:  # module not there yet (or broken): the method's reference values
-        return max(1, info.n_layer // 2), 2048, 1024
+        return (int(defaults.default_split(info)), int(defaults.default_tail(info)),
+                int(getattr(defaults, "MIN_TAIL", 512)), int(defaults.MIN_BULK))
+    except Exception:  # module missing or broken: the method's reference values
+        return max(1, info.n_layer // 2), 2048, 512, 1024
 
 
 def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
@@ -155,22 +157,19 @@ def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus
 
 
 def _fit_maps(engine, req: FitMapsRequest, on_event, cancel):
+    """Capture calibration activations once (cached), then fit this split's maps: both with progress."""
     from backend.protocol import ProgressEvent
     from backend.ridgefill.fitting import fit_map_set
 
     t0 = time.perf_counter()
 
-    def progress(*args):
-        # Accept (done, total), (done, total, stage) or an event object: forward as a ProgressEvent.
-        if len(args) == 1 and hasattr(args[0], "done"):
-            ev = args[0]
-            on_event(ProgressEvent(int(ev.done), int(ev.total), (time.perf_counter() - t0) * 1000,
-                                   getattr(ev, "stage", "fit")))
-        elif len(args) >= 2:
-            stage = str(args[2]) if len(args) > 2 else "fit"
-            on_event(ProgressEvent(int(args[0]), int(args[1]), (time.perf_counter() - t0) * 1000, stage))
+    def progress(stage: str, done: int, total: int) -> None:
+        on_event(ProgressEvent(int(done), int(total), (time.perf_counter() - t0) * 1000, stage))
 
-    folder = fit_map_set(engine.config.model_path, req.split, on_progress=progress, cancel=cancel)
+    try:
+        folder = fit_map_set(engine.config.model_path, req.split, on_progress=progress, cancel=cancel, engine=engine)
+    finally:
+        engine.truncate_cache(0)  # the capture used the context: the next chat must not reuse its rows
     return str(folder)
 
 
@@ -219,10 +218,10 @@ def _child_main(settings: EngineSettings, tasks, events, cancel_id) -> None:
     except Exception as exc:  # noqa: BLE001 - reported, the GUI decides
         events.put(("fatal", 0, type(exc).__name__, f"the engine could not start: {exc}"))
         return
-    split, tail, min_bulk = _ridgefill_defaults(engine.info)
+    split, tail, min_tail, min_bulk = _ridgefill_defaults(engine.info)
     info = engine.info
     events.put(("ready", 0, EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer,
-                                        info.n_embd, engine.n_ctx, info.n_ctx_train, split, tail, min_bulk,
+                                        info.n_embd, engine.n_ctx, info.n_ctx_train, split, tail, min_tail, min_bulk,
                                         time.perf_counter() - t0)))
     while True:
         task = tasks.get()

@@ -99,8 +99,9 @@ class RidgeFillControls(QGroupBox):
         self.set_model(30, 15, 2048)
 
     # -- model --
-    def set_model(self, n_layer: int, split: int, tail: int) -> None:
+    def set_model(self, n_layer: int, split: int, tail: int, min_tail: int = 16) -> None:
         self.n_layer = n_layer
+        self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
         self.slider.setRange(1, max(1, n_layer - 1))
         self.slider.setValue(min(max(1, split), n_layer - 1))

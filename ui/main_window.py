@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, settings: Settings, service: EngineService, store: ConversationStore | None = None):
+    def __init__(self, settings: Settings, service: EngineService, store: ConversationStore | None = None,
+                 *, owns_service: bool = True):
         super().__init__()
         self.settings = settings
         self.service = service
+        self.owns_service = owns_service  # tests share one engine between windows
         self.store = store or ConversationStore()
         self.setWindowTitle("RidgeFill Desktop")
         self.resize(1280, 820)
@@ -105,6 +107,8 @@ class MainWindow(QMainWindow):
         if convs:
             self.chat.load_conversation(convs[0])
         self._refresh_list()
+        if service.info is not None:  # a service that is already running (tests share one)
+            self._on_ready(service.info)
 
     def _add_optional_tabs(self) -> None:
         """Recall and models panels need EVALS's and HUB's modules; without them the tab says so."""
@@ -181,8 +185,8 @@ class MainWindow(QMainWindow):
     def _on_ready(self, info: EngineReady) -> None:
         s = self.settings
         split = s.split if 0 < s.split < info.n_layer else info.default_split
-        tail = s.tail if s.tail > 0 else info.default_tail
-        self.controls.set_model(info.n_layer, split, tail)
+        tail = s.tail if s.tail >= info.min_tail else info.default_tail
+        self.controls.set_model(info.n_layer, split, tail, info.min_tail)
         self.engine_label.setText(
             f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
             f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
@@ -303,5 +307,6 @@ class MainWindow(QMainWindow):
         for panel in (self.recall, self.models):
             if panel is not None and hasattr(panel, "shutdown"):
                 panel.shutdown()
-        self.service.shutdown()
+        if self.owns_service:
+            self.service.shutdown()
         super().closeEvent(e)

@@ -1,0 +1,39 @@
+"""Shared set-up for the GUI tests: one engine process per test module, windows that share it."""
+from __future__ import annotations
+
+import time
+
+from app.engine_service import EngineService, EngineSettings
+
+# One thread: the test machine is small and shared, and a spinning second thread only slows it down.
+def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128) -> EngineService:
+    service = EngineService(EngineSettings(model_path=model_path, n_ctx=n_ctx, n_threads=1, n_batch=n_batch))
+    service.start()
+    return service
+
+
+def wait_ready(qtbot, service: EngineService, timeout_s: float = 90) -> None:
+    qtbot.waitUntil(lambda: service.info is not None, timeout=int(timeout_s * 1000))
+
+
+def make_window(qtbot, service, *, max_tokens: int = 8, store=None, **settings):
+    from app.conversations import ConversationStore
+    from app.settings import Settings
+    from ui.main_window import MainWindow
+
+    s = Settings(max_tokens=max_tokens, **settings)
+    w = MainWindow(s, service, store or ConversationStore(), owns_service=False)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def wait_idle(qtbot, window, timeout_s: float = 120) -> None:
+    qtbot.waitUntil(lambda: not window.chat.busy(), timeout=int(timeout_s * 1000))
+
+
+def wait_count(qtbot, window, timeout_s: float = 60) -> None:
+    t0 = time.monotonic()
+    qtbot.waitUntil(lambda: window.chat._task_count is None and window.chat.last_count is not None,
+                    timeout=int(timeout_s * 1000))
+    return time.monotonic() - t0

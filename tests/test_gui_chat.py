@@ -1,0 +1,140 @@
+"""The chat tab on the real embedded model (engine in its own process, shared by this module)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from app.conversations import Conversation, ConversationStore, Document, Message  # noqa: E402
+from backend.corpus import corpus_texts  # noqa: E402
+from backend.protocol import TokenEvent  # noqa: E402
+from tests.gui_helpers import make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("rfhome")
+    mp.setenv("RIDGEFILL_HOME", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def service(qapp, home, model_path):
+    svc = start_service(model_path, n_ctx=2048, n_batch=128)
+    yield svc
+    svc.shutdown()
+
+
+@pytest.fixture
+def window(qtbot, service):
+    wait_ready(qtbot, service)
+    w = make_window(qtbot, service)
+    w.controls.toggle.setChecked(False)
+    w.controls.compare.setChecked(False)
+    w.new_conversation()
+    return w
+
+
+def ask(qtbot, w, question: str) -> None:
+    w.chat.input.setPlainText(question)
+    assert w.chat.send()
+    wait_idle(qtbot, w)
+
+
+def test_streamed_reply_appears_token_by_token(qtbot, window, service):
+    states = []
+
+    def on_event(tid, ev):
+        if tid == window.chat._task_primary and isinstance(ev, TokenEvent):
+            states.append(window.chat.view.messages[-1].text())
+
+    service.event.connect(on_event)
+    try:
+        ask(qtbot, window, "Name three colours.")
+    finally:
+        service.event.disconnect(on_event)
+    final = window.chat.view.messages[-1].text()
+    assert len(states) >= 3, "tokens should arrive one event at a time"
+    assert all(len(a) <= len(b) for a, b in zip(states, states[1:])), "the reply grows, never shrinks"
+    assert len(set(states)) >= 3
+    assert final.strip() and final.startswith(states[0])
+    m = window.chat.conv.messages[-1]
+    assert m.complete and m.timings["predicted_n"] >= 3 and m.timings["ttft_ms"] > 0
+    assert "TTFT" in window.chat.view.messages[-1].meta.text()
+
+
+def test_ttft_chart_gains_one_point_per_message_and_two_with_compare(qtbot, window):
+    assert window.chart.n_points() == 0
+    ask(qtbot, window, "Say hello.")
+    assert window.chart.n_points() == 1
+    window.controls.compare.setChecked(True)
+    ask(qtbot, window, "Say goodbye.")
+    assert window.chart.n_points() == 3
+    m = window.chat.conv.messages[-1]
+    assert m.exact is not None and m.exact["timings"]["ttft_ms"] > 0
+    shown = window.chat.view.messages[-1].exact.text()
+    assert "Exact TTFT" in shown and "×" in shown and ("agree" in shown or "differ" in shown)
+    # toggle off: both runs are exact and greedy, so they must agree
+    assert "answers agree" in shown
+
+
+def test_stop_cancels_a_prefill(qtbot, window):
+    text = corpus_texts()[0][:5000]  # about 1,100 tokens: nine 128-token chunks
+    window.chat.conv.document = Document("harbour.txt", text)
+    window.chat.input.setPlainText("Who built the harbour?")
+    first_progress = []
+    window.service.event.connect(lambda tid, ev: first_progress.append(ev) if tid == window.chat._task_primary else None)
+    assert window.chat.send()
+    qtbot.waitUntil(lambda: len(first_progress) > 0, timeout=60_000)
+    assert window.chat.stop_btn.isEnabled()
+    window.chat.stop_btn.click()
+    wait_idle(qtbot, window, 30)
+    m = window.chat.conv.messages[-1]
+    assert "stopped" in m.note
+    assert m.content == "" and m.timings is None, "no answer after a stop during prefill"
+    assert all(type(e).__name__ == "ProgressEvent" for e in first_progress)
+    assert first_progress[-1].done < first_progress[-1].total
+    assert window.chat.send_btn.isEnabled()
+
+
+def test_over_long_document_shows_the_limit_instead_of_sending(qtbot, window, tmp_path):
+    doc = tmp_path / "long.txt"
+    doc.write_text("\n\n".join(corpus_texts()[:3]), encoding="utf-8")  # ~8K tokens, context 2K
+    assert window.chat.attach_document(doc)
+    wait_count(qtbot, window)
+    label = window.chat.count_label.text()
+    assert "Too long" in label and "limit" in label
+    assert f"{2048 - 8:,}" in label  # n_ctx minus the room kept for the answer
+    assert not window.chat.send_btn.isEnabled()
+    n_before = len(window.chat.conv.messages)
+    window.chat.input.setPlainText("What is this about?")
+    assert not window.chat.send()
+    assert len(window.chat.conv.messages) == n_before
+    assert window.chat.notice.isVisible() and "tokens" in window.chat.notice.text()
+
+
+def test_saved_conversation_reloads(qtbot, window, service, home):
+    ask(qtbot, window, "What is two plus two?")
+    conv_id = window.chat.conv.id
+    answer = window.chat.conv.messages[-1].content
+    assert answer.strip()
+    window.close()
+    again = make_window(qtbot, service)  # a fresh window, as after a restart of the app
+    assert again.chat.conv.id == conv_id
+    assert [m.content for m in again.chat.conv.messages] == ["What is two plus two?", answer]
+    assert again.chat.view.messages[-1].text() == answer
+    assert again.conv_list.count() >= 1
+
+
+def test_store_writes_atomically_and_skips_damaged_files(tmp_path):
+    store = ConversationStore(tmp_path)
+    c = Conversation(title="t", document=Document("d.txt", "text", 3),
+                     messages=[Message("user", "q"), Message("assistant", "partial", complete=False)])
+    store.save(c)
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+    loaded = store.load_all()
+    assert [x.id for x in loaded] == [c.id]
+    assert loaded[0].document.text == "text" and loaded[0].messages[1].complete is False
+    assert not list(tmp_path.glob("*.tmp"))

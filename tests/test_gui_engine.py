@@ -1,0 +1,99 @@
+"""The engine process: a killed engine is reported and replaced while the chat stays; the RidgeFill
+controls reach the engine (the mode and split it reports in its timings)."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from backend.corpus import corpus_texts  # noqa: E402
+from app.conversations import Document  # noqa: E402
+from tests.gui_helpers import make_window, start_service, wait_idle, wait_ready  # noqa: E402
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_killed_engine_is_reported_and_replaced_while_the_chat_stays(qtbot, home, model_path):
+    service = start_service(model_path, n_ctx=1024)
+    try:
+        wait_ready(qtbot, service)
+        w = make_window(qtbot, service)
+        w.controls.toggle.setChecked(False)
+        w.chat.input.setPlainText("Say hello.")
+        w.chat.send()
+        wait_idle(qtbot, w)
+        first_answer = w.chat.conv.messages[-1].content
+        old_pid = service.pid
+        crashes = []
+        service.crashed.connect(crashes.append)
+
+        w.chat.input.setPlainText("Tell me a long story about the sea.")
+        w.chat.max_tokens = 200
+        w.chat.send()
+        qtbot.waitUntil(lambda: len(w.chat.conv.messages[-1].content) > 0, timeout=60_000)
+        os.kill(old_pid, signal.SIGKILL)  # as a segfault inside llama.cpp would
+        qtbot.waitUntil(lambda: bool(crashes), timeout=10_000)
+        assert "stopped unexpectedly" in crashes[0] and "SIGKILL" in crashes[0]
+        assert "stopped unexpectedly" in w.engine_label.text() or "Engine ready" in w.engine_label.text()
+        assert w.chat.notice.isVisible() and "conversation is kept" in w.chat.notice.text()
+        wait_idle(qtbot, w, 10)
+        interrupted = w.chat.conv.messages[-1]
+        assert "stopped unexpectedly" in interrupted.note and interrupted.content  # partial answer kept
+        assert [m.content for m in w.chat.conv.messages[:2]] == ["Say hello.", first_answer]
+        assert len(w.chat.view.messages) == 4
+
+        qtbot.waitUntil(lambda: service.info is not None and service.pid != old_pid, timeout=90_000)
+        qtbot.waitUntil(lambda: "Engine ready" in w.engine_label.text(), timeout=5_000)
+        w.chat.max_tokens = 8
+        w.chat.input.setPlainText("Say hello again.")
+        assert w.chat.send()
+        wait_idle(qtbot, w)
+        assert w.chat.conv.messages[-1].content.strip() and w.chat.conv.messages[-1].complete
+        # saved on disk too, with the interrupted answer marked
+        saved = w.store.load(w.chat.conv.id)
+        assert len(saved.messages) == 6 and "stopped unexpectedly" in saved.messages[3].note
+    finally:
+        service.shutdown()
+    assert service.pid is None
+
+
+@pytest.mark.slow
+def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home, model_path):
+    """plumb needs no fitted maps, so the controls' path to the engine is checked on its own."""
+    from backend.ridgefill import defaults
+
+    service = start_service(model_path, n_ctx=2048, n_batch=256)
+    try:
+        wait_ready(qtbot, service)
+        w = make_window(qtbot, service, max_tokens=4)
+        w.controls.compare.setChecked(False)
+        text = "\n\n".join(corpus_texts())[:9000]  # ~2,000 tokens: more than MIN_BULK + the tail
+        w.chat.conv.document = Document("doc.txt", text)
+        w.controls.toggle.setChecked(True)
+        w.controls.mode_box.setCurrentIndex(w.controls.mode_box.findData("plumb"))
+        w.controls.slider.setValue(20)
+        w.controls.tail_spin.setValue(defaults.MIN_TAIL)
+        assert w.controls.split_label.text().startswith("S = 20: layers 20–29 predicted")
+        w.chat.input.setPlainText("What is the harbour called?")
+        w.chat.send()
+        wait_idle(qtbot, w, 300)
+        t = w.chat.conv.messages[-1].timings
+        assert t is not None, w.chat.conv.messages[-1].note
+        assert t["mode"] == "plumb", t["note"]
+        assert t["split"] == 20 and t["tail"] == defaults.MIN_TAIL and t["bulk_n"] > 0
+
+        w.controls.toggle.setChecked(False)
+        w.chat.input.setPlainText("And who built it?")
+        w.chat.send()
+        wait_idle(qtbot, w, 300)
+        t2 = w.chat.conv.messages[-1].timings
+        assert t2["mode"] == "off" and t2["bulk_n"] == 0
+    finally:
+        service.shutdown()
