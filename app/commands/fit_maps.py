@@ -1,0 +1,106 @@
+"""`python -m app fit-maps [--split S] [--all-splits]`: fit RidgeFill maps into the user cache.
+
+The first run captures calibration activations (the shipped corpus and chat copies, a few minutes);
+later runs refit any split from that cache in seconds. Progress goes to stderr, the result to stdout.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from app.commands.common import model_path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fit-maps", help="fit RidgeFill maps for a split (captures calibration activations once)")
+    p.add_argument("--split", type=int, default=None, help="split S (default: the model's default split)")
+    p.add_argument("--all-splits", action="store_true", help="fit every split 1..L-2")
+    p.add_argument("--stride", type=int, default=None, help="keep every N-th row when capturing (default 8)")
+    p.add_argument("--recapture", action="store_true", help="capture the calibration activations again")
+    p.add_argument("--int8", action="store_true", help="store int8 maps (per-128-column scales), half the size")
+    p.add_argument("--out", default=None, help="folder for the map set (default: the user cache's maps/)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per map set")
+    p.set_defaults(func=run)
+
+
+def _progress():
+    state = {"stage": None, "t0": time.perf_counter()}
+
+    def on_progress(stage: str, done: int, total: int) -> None:
+        if stage != state["stage"]:
+            state["stage"], state["t0"] = stage, time.perf_counter()
+        secs = time.perf_counter() - state["t0"]
+        unit = "tokens" if stage == "capture" else "layers"
+        rate = f"  {done / secs:,.0f} tok/s" if stage == "capture" and secs > 0 else ""
+        print(f"\r{stage}: {done:,}/{total:,} {unit}{rate}   ", end="", file=sys.stderr, flush=True)
+        if done == total:
+            print(file=sys.stderr)
+
+    return on_progress
+
+
+def run(args) -> int:
+    from backend.model_file import read_model_info
+    from backend.ridgefill import calibration
+    from backend.ridgefill.defaults import default_split
+    from backend.ridgefill.fitting import fit_map_set
+    from backend.ridgefill.maps import load_maps
+
+    path = model_path(args)
+    info = read_model_info(path)
+    if args.all_splits:
+        splits = list(range(1, info.n_layer - 1))
+    else:
+        splits = [args.split if args.split is not None else default_split(info)]
+    progress = _progress()
+
+    if args.recapture or calibration.load_activations(path) is None:
+        from backend.engine import Engine, EngineConfig
+
+        cfg = EngineConfig(path, n_ctx=calibration.CAPTURE_CTX)
+        if args.threads:
+            cfg.n_threads = args.threads
+        engine = Engine(cfg)
+        try:
+            calibration.capture_activations(
+                engine, stride=args.stride or calibration.DEFAULT_STRIDE, on_progress=progress
+            )
+        finally:
+            engine.close()
+    elif args.stride:
+        print("note: activations are cached; --stride applies with --recapture", file=sys.stderr)
+
+    for split in splits:
+        t0 = time.perf_counter()
+        folder = fit_map_set(path, split, out_dir=args.out, on_progress=progress,
+                             map_dtype="int8" if args.int8 else "float16")
+        refit_s = time.perf_counter() - t0
+        maps = load_maps(folder, path)  # what was written must verify
+        _report(maps, folder, refit_s, args.json)
+    return 0
+
+
+def _report(maps, folder: Path, refit_s: float, as_json: bool) -> None:
+    m = maps.manifest
+    cal = m["calibration"]
+    if as_json:
+        print(json.dumps({
+            "folder": str(folder), "split": maps.split, "layers": maps.layers, "map_dtype": m["map_dtype"],
+            "heldout_cosine": m["heldout_cosine"], "lambda": m["lambda"], "refit_seconds": round(refit_s, 2),
+            "calibration": {k: v for k, v in cal.items() if k != "corpus"}, "warnings": maps.warnings,
+        }))
+        return
+    print(f"maps      {folder}")
+    print(f"split     {maps.split} (layers {maps.layers[0]}..{maps.layers[-1]}), {m['map_dtype']}")
+    print(f"calib     {cal['tokens']:,} tokens ({cal['prose_sequences']} prose + {cal['chat_sequences']} chat "
+          f"sequences, {cal['documents']} documents), stride {cal['stride']} -> {cal['rows']:,} rows, "
+          f"captured in {cal['capture_seconds']:,.0f} s")
+    print(f"refit     {refit_s:.1f} s from cached activations (fit alone {cal['fit_seconds']:.1f} s)")
+    print("layer  held-out cos  alpha    lambda")
+    for l in maps.layers:
+        print(f"{l:>5}  {m['heldout_cosine'][str(l)]:>12.4f}  {m['lambda'][str(l)]:<7g}  "
+              f"{cal['lambda_abs'][str(l)]:.4g}")
+    for w in maps.warnings:
+        print(f"warning   {w}")
