@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch; pinned so that nothing pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,package]'
 	touch $@
 
 # Opens the GUI where there is a display; with none, runs the headless demo.
@@ -26,6 +26,11 @@ demo: install
 
 test: install
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
+
+# The one-folder app, a .tar.gz and a .deb in dist/ (see packaging/README.md).
+package: install
+	$(PY) -m pip install --quiet -e '.[package]'
+	PY=$(PY) bash packaging/build_linux.sh
 
 clean:
 	rm -rf $(VENV) build dist

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the Linux packages from this checkout:
+#   dist/ridgefill/                               the one-folder app (PyInstaller)
+#   dist/ridgefill-<version>-linux-<arch>.tar.gz  that folder, packed
+#   dist/ridgefill_<version>_<debarch>.deb        installs /opt/ridgefill, /usr/bin/ridgefill,
+#                                                 a desktop entry and icons (dpkg-deb)
+# Usage: packaging/build_linux.sh   (PY=python interpreter with the app's deps and PyInstaller;
+#        default .venv/bin/python). Prints sizes and times at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PY:-.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
+DIST=$ROOT/dist
+BUILD=$ROOT/build
+VERSION=$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+ARCH=$(uname -m)
+t_start=$(date +%s)
+
+echo "== icons"
+"$PY" packaging/make_icon.py "$BUILD/icons"
+
+echo "== PyInstaller (one folder)"
+t0=$(date +%s)
+RIDGEFILL_ICON_DIR="$BUILD/icons" "$PY" -m PyInstaller --noconfirm --log-level WARN \
+    --distpath "$DIST" --workpath "$BUILD/pyinstaller" packaging/ridgefill.spec
+t_pyi=$(( $(date +%s) - t0 ))
+APPDIR=$DIST/ridgefill
+[ -x "$APPDIR/ridgefill" ] || { echo "PyInstaller produced no $APPDIR/ridgefill" >&2; exit 1; }
+
+echo "== .tar.gz"
+t0=$(date +%s)
+TARBALL=$DIST/ridgefill-$VERSION-linux-$ARCH.tar.gz
+tar -C "$DIST" -cf - ridgefill | gzip -6 > "$TARBALL"
+t_tar=$(( $(date +%s) - t0 ))
+
+echo "== .deb"
+t0=$(date +%s)
+if ! command -v dpkg-deb >/dev/null; then
+    echo "dpkg-deb not found: skipping the .deb (install dpkg)" >&2
+    DEB=""
+else
+    DEBARCH=$(dpkg --print-architecture)
+    STAGE=$BUILD/deb/ridgefill_${VERSION}_$DEBARCH
+    rm -rf "$STAGE"
+    mkdir -p "$STAGE/DEBIAN" "$STAGE/opt" "$STAGE/usr/bin" "$STAGE/usr/share/applications" \
+             "$STAGE/usr/share/doc/ridgefill"
+    cp -a "$APPDIR" "$STAGE/opt/ridgefill"
+    install -m 0755 packaging/linux/ridgefill.sh "$STAGE/usr/bin/ridgefill"
+    install -m 0644 packaging/linux/ridgefill.desktop "$STAGE/usr/share/applications/ridgefill.desktop"
+    install -m 0644 packaging/linux/copyright "$STAGE/usr/share/doc/ridgefill/copyright"
+    for size in 16 24 32 48 64 128 256 512; do
+        dir=$STAGE/usr/share/icons/hicolor/${size}x${size}/apps
+        mkdir -p "$dir"
+        install -m 0644 "$BUILD/icons/ridgefill-$size.png" "$dir/ridgefill.png"
+    done
+    # Depends: what the bundle's ELF files need from the system, as Debian's dpkg-shlibdeps sees it
+    # (libraries inside the bundle are private: -l tells it where they are).
+    DEPENDS="libc6"
+    if command -v dpkg-shlibdeps >/dev/null; then
+        SHL=$BUILD/deb/shlibdeps
+        rm -rf "$SHL" && mkdir -p "$SHL/debian"
+        printf 'Source: ridgefill\n\nPackage: ridgefill\nArchitecture: any\n' > "$SHL/debian/control"
+        mapfile -t elfs < <(find "$STAGE/opt" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c \
+            'head -c4 "$1" | grep -q "ELF" && echo "$1"' _ {} \;)
+        mapfile -t libdirs < <(printf '%s\n' "${elfs[@]}" | xargs -n1 dirname | sort -u)
+        args=()
+        for d in "${libdirs[@]}"; do args+=("-l$d"); done
+        if out=$(cd "$SHL" && dpkg-shlibdeps -O --ignore-missing-info --warnings=0 "${args[@]}" \
+                 -e "${elfs[@]}" 2>"$SHL/stderr.txt"); then
+            DEPENDS=$(echo "$out" | sed -n 's/^shlibs:Depends=//p')
+        else
+            echo "dpkg-shlibdeps failed (see $SHL/stderr.txt); Depends: $DEPENDS" >&2
+        fi
+    fi
+    # Qt's X11 platform plugin opens these at run time (not NEEDED by any file in the bundle).
+    DEPENDS="$DEPENDS, libxcb-cursor0, libxkbcommon-x11-0, libegl1, libfontconfig1"
+    SIZE_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
+    sed -e "s/@VERSION@/$VERSION/" -e "s/@ARCH@/$DEBARCH/" -e "s/@SIZE_KB@/$SIZE_KB/" \
+        -e "s/@DEPENDS@/$DEPENDS/" packaging/linux/control.in > "$STAGE/DEBIAN/control"
+    DEB=$DIST/ridgefill_${VERSION}_$DEBARCH.deb
+    # gzip: xz over ~1 GB of libraries takes many minutes on a small machine for little gain.
+    dpkg-deb --root-owner-group -Zgzip -z6 --build "$STAGE" "$DEB" >/dev/null
+    dpkg-deb --field "$DEB" Package Version Architecture Depends
+fi
+t_deb=$(( $(date +%s) - t0 ))
+
+echo "== sizes and times"
+printf '  %-34s %s\n' "one folder ($APPDIR)" "$(du -sh "$APPDIR" | cut -f1)"
+printf '  %-34s %s\n' "$(basename "$TARBALL")" "$(du -h "$TARBALL" | cut -f1)"
+[ -n "$DEB" ] && printf '  %-34s %s\n' "$(basename "$DEB")" "$(du -h "$DEB" | cut -f1)"
+printf '  %-34s %ss (PyInstaller %ss, tar.gz %ss, deb %ss)\n' "build time" \
+    "$(( $(date +%s) - t_start ))" "$t_pyi" "$t_tar" "$t_deb"
