@@ -173,6 +173,12 @@ def _fit_maps(engine, req: FitMapsRequest, on_event, cancel):
     return str(folder)
 
 
+def _recall(engine, req: RecallRequest, on_event, cancel):
+    from app.recall_task import run_recall_task
+
+    return run_recall_task(engine, req, on_event, cancel)
+
+
 def _ping(engine, payload, on_event, cancel):
     return "pong"
 
@@ -188,6 +194,7 @@ HANDLERS = {
     "count": _count,
     "maps_status": _maps_status,
     "fit_maps": _fit_maps,
+    "recall": _recall,
     "ping": _ping,
     "crash_for_test": _crash,
 }
