@@ -55,33 +55,47 @@ else
         install -m 0644 "$BUILD/icons/ridgefill-$size.png" "$dir/ridgefill.png"
     done
     # Depends: what the bundle's ELF files need from the system, as Debian's dpkg-shlibdeps sees it
-    # (libraries inside the bundle are private: -l tells it where they are).
+    # (libraries inside the bundle are private: -l says where). Optional Qt plugins whose system
+    # libraries this build host lacks (Wayland, xcb GL integrations) are left to the lists below.
     DEPENDS="libc6"
+    # Qt's X11 platform plugin and its helpers, opened at run time (dlopen), not NEEDED by the app.
+    X11_DEPENDS="libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1, libxcb-image0, libxcb-render-util0, libxcb-randr0, libxcb-shape0, libxcb-xkb1, libxkbcommon-x11-0, libegl1, libfontconfig1, libdbus-1-3"
+    RECOMMENDS="libwayland-client0, libwayland-cursor0, libwayland-egl1"
     if command -v dpkg-shlibdeps >/dev/null; then
         SHL=$BUILD/deb/shlibdeps
         rm -rf "$SHL" && mkdir -p "$SHL/debian"
         printf 'Source: ridgefill\n\nPackage: ridgefill\nArchitecture: any\n' > "$SHL/debian/control"
         mapfile -t elfs < <(find "$STAGE/opt" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c \
-            'head -c4 "$1" | grep -q "ELF" && echo "$1"' _ {} \;)
+            'for f; do head -c4 "$f" | grep -q ELF && echo "$f"; done' _ {} +)
         mapfile -t libdirs < <(printf '%s\n' "${elfs[@]}" | xargs -n1 dirname | sort -u)
+        libpath=$(IFS=:; echo "${libdirs[*]}")
+        resolved=()
+        : > "$SHL/skipped.txt"
+        for f in "${elfs[@]}"; do
+            if LD_LIBRARY_PATH=$libpath ldd "$f" 2>/dev/null | grep -q "not found"; then
+                echo "$f" >> "$SHL/skipped.txt"
+            else
+                resolved+=("$f")
+            fi
+        done
         args=()
         for d in "${libdirs[@]}"; do args+=("-l$d"); done
         if out=$(cd "$SHL" && dpkg-shlibdeps -O --ignore-missing-info --warnings=0 "${args[@]}" \
-                 -e "${elfs[@]}" 2>"$SHL/stderr.txt"); then
+                 -e "${resolved[@]}" 2>"$SHL/stderr.txt"); then
             DEPENDS=$(echo "$out" | sed -n 's/^shlibs:Depends=//p')
         else
             echo "dpkg-shlibdeps failed (see $SHL/stderr.txt); Depends: $DEPENDS" >&2
         fi
+        echo "dpkg-shlibdeps: ${#resolved[@]} files analysed, $(wc -l < "$SHL/skipped.txt") skipped (see $SHL/skipped.txt)"
     fi
-    # Qt's X11 platform plugin opens these at run time (not NEEDED by any file in the bundle).
-    DEPENDS="$DEPENDS, libxcb-cursor0, libxkbcommon-x11-0, libegl1, libfontconfig1"
+    DEPENDS="${DEPENDS:-libc6}, $X11_DEPENDS"
     SIZE_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
     sed -e "s/@VERSION@/$VERSION/" -e "s/@ARCH@/$DEBARCH/" -e "s/@SIZE_KB@/$SIZE_KB/" \
-        -e "s/@DEPENDS@/$DEPENDS/" packaging/linux/control.in > "$STAGE/DEBIAN/control"
+        -e "s/@DEPENDS@/$DEPENDS/" -e "s/@RECOMMENDS@/$RECOMMENDS/" packaging/linux/control.in > "$STAGE/DEBIAN/control"
     DEB=$DIST/ridgefill_${VERSION}_$DEBARCH.deb
     # gzip: xz over ~1 GB of libraries takes many minutes on a small machine for little gain.
     dpkg-deb --root-owner-group -Zgzip -z6 --build "$STAGE" "$DEB" >/dev/null
-    dpkg-deb --field "$DEB" Package Version Architecture Depends
+    dpkg-deb --field "$DEB" Package Version Architecture Installed-Size Depends Recommends
 fi
 t_deb=$(( $(date +%s) - t0 ))
 
