@@ -1,0 +1,123 @@
+"""The recall runner: needle items through the engine in each mode, one JSON line per (item, mode).
+
+Lines are appended (and flushed) as items finish, so an interrupted run resumes where it stopped:
+a line already in the file for the same item, mode, split and tail is not run again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import Cancelled, RidgeFillError
+from .needles import NeedleItem
+from .scoring import score
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecallProgress:
+    done: int  # (item, mode) runs finished, resumed ones included
+    total: int
+    record: dict | None  # the line just written; None for a resumed (skipped) run
+
+
+def result_key(rec: dict) -> tuple:
+    """What makes a result line unique. An exact run does not depend on split or tail."""
+    if rec["mode"] == "off":
+        return (rec["id"], "off", None, None)
+    return (rec["id"], rec["mode"], rec.get("split"), rec.get("tail"))
+
+
+def load_results(path: str | Path) -> list[dict]:
+    """Every well-formed line of a results file (a line cut short by an interruption is skipped)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    with p.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: skipping a malformed line (an interrupted write?)", p, i)
+                continue
+            if isinstance(rec, dict) and {"id", "mode"} <= rec.keys():
+                out.append(rec)
+    return out
+
+
+def _append(path: Path, rec: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab+") as f:
+        f.seek(0, 2)
+        if f.tell() > 0:  # a previous run killed mid-line: start on a fresh line
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+        f.flush()
+
+
+def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None,
+             cancel: Callable[[], bool] | None = None) -> dict:
+    """Run one item in one mode and return its result line."""
+    t0 = time.perf_counter()
+    result = engine.complete(item.request(mode, split, tail), cancel=cancel)
+    if result.finish_reason == "cancelled":  # a half answer must not be scored or saved
+        raise Cancelled(f"item {item.id} cancelled while answering")
+    if result.prompt_tokens != item.length:  # the item was built for another tokenizer or template
+        raise RidgeFillError(f"item {item.id} is {result.prompt_tokens} tokens for this model, not {item.length}; "
+                             "build the items with the engine that runs them")
+    correct, answer = score(result.text, item.answers, "uuid" if item.variant == "uuid" else "number")
+    t = result.timings
+    rec = {
+        **item.meta(tail),
+        "mode": mode, "split": split if mode != "off" else None, "tail": tail,
+        "correct": correct, "answer": answer, "reply": result.text,
+        "mode_run": t.mode, "bulk_n": t.bulk_n, "note": t.note,
+        "ttft_ms": round(t.ttft_ms, 1), "prompt_ms": round(t.prompt_ms, 1),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    return rec
+
+
+def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | None, tail: int | None,
+               out_path: str | Path, on_progress: Callable[[RecallProgress], None] | None = None,
+               cancel: Callable[[], bool] | None = None) -> list[dict]:
+    """Run every item in every mode (item by item, so pairs finish together) and return the lines for
+    these items and modes, read back from `out_path` (earlier runs included). Raises Cancelled; what
+    finished stays in the file."""
+    out = Path(out_path)
+    done = {result_key(r): r for r in load_results(out)}
+    total = len(items) * len(modes)
+    n = 0
+    results = []
+    for item in items:
+        for mode in modes:
+            probe = {"id": item.id, "mode": mode, "split": split, "tail": tail}
+            rec = done.get(result_key(probe))
+            if rec is None:
+                if cancel is not None and cancel():
+                    raise Cancelled(f"recall run cancelled after {n} of {total} runs; rerun to resume")
+                rec = run_item(engine, item, mode, split, tail, cancel)
+                _append(out, rec)
+                done[result_key(rec)] = rec
+                n += 1
+                if on_progress is not None:
+                    on_progress(RecallProgress(n, total, rec))
+            else:
+                # an exact line may come from a run with another tail: label it for this one
+                rec = {**rec, "region": item.region(tail), "tail": tail}
+                n += 1
+                if on_progress is not None:
+                    on_progress(RecallProgress(n, total, None))
+            results.append(rec)
+    return results

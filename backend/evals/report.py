@@ -1,0 +1,59 @@
+"""Plain-text tables for eval results (the CLI prints them; a GUI may show them in a monospace view)."""
+from __future__ import annotations
+
+from .compare import BREAKDOWNS
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    def line(r):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def p_value(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def accuracy_table(acc_by_cond: dict[str, dict]) -> str:
+    """Rows: overall and each breakdown value; columns: correct/n and accuracy per condition."""
+    conds = list(acc_by_cond)
+    keys = [("overall", None)] + [(f, k) for f in BREAKDOWNS for k in sorted(
+        {k for a in acc_by_cond.values() for k in a[f]}, key=_num_first)]
+    rows = []
+    for f, k in keys:
+        row = ["overall" if f == "overall" else f"{f} {k}"]
+        for c in conds:
+            g = acc_by_cond[c]["overall"] if f == "overall" else acc_by_cond[c][f].get(k)
+            row += ["-", "-"] if g is None else [f"{g['correct']}/{g['n']}", pct(g["acc"])]
+        rows.append(row)
+    headers = ["group"] + [h for c in conds for h in (c, "acc")]
+    return table(headers, rows)
+
+
+def comparison_text(cmp: dict) -> str:
+    rows = []
+    keys = [("overall", None)] + [(f, k) for f in BREAKDOWNS for k in sorted(cmp[f], key=_num_first)]
+    for f, k in keys:
+        t = cmp["overall"] if f == "overall" else cmp[f][k]
+        rows.append(["overall" if f == "overall" else f"{f} {k}", t["n"], pct(t["acc_a"]), pct(t["acc_b"]),
+                     t["both"], t["a_only"], t["b_only"], t["neither"], p_value(t["p_mcnemar"])])
+    head = f"A = {cmp['a']}   B = {cmp['b']}   paired items: {cmp['paired']}"
+    if cmp["only_a"] or cmp["only_b"]:
+        head += f"  (unpaired: {cmp['only_a']} only in A, {cmp['only_b']} only in B)"
+    o = cmp["overall"]
+    foot = (f"Disagreements: A right and B wrong {o['a_only']}, B right and A wrong {o['b_only']}; "
+            f"exact two-sided McNemar p = {p_value(o['p_mcnemar'])}")
+    return "\n".join([head, table(["group", "n", "A acc", "B acc", "both", "A only", "B only", "neither", "McNemar p"], rows), foot])
+
+
+def _num_first(k: str):
+    try:
+        return (0, float(k), "")
+    except ValueError:
+        return (1, 0.0, k)
