@@ -205,21 +205,30 @@ def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path, maps28):
 
     # The engine, with its default map lookup under this RIDGEFILL_HOME, runs speed on the downloaded files.
     code = f"""
-import os, sys
+import sys
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
 from backend.corpus import corpus_texts
 eng = Engine(EngineConfig(model_path=r'{model}', n_ctx=4096))
-text = ' '.join(corpus_texts())
-toks = eng.tokenize(text)[:1700]
-prompt = eng.detokenize(toks)
-res = eng.complete(CompletionRequest(prompt=prompt, max_tokens=4, temperature=0.0, mode='speed', split={split}, tail=512))
+toks = eng.tokenize(' '.join(corpus_texts()))[:1700]
+res = eng.complete(CompletionRequest(prompt=eng.detokenize(toks), max_tokens=4, temperature=0.0,
+                                     mode='speed', split={split}, tail=512))
 t = res.timings
-print('MODE', t.mode, 'BULK', t.bulk_n, 'NOTE', t.note)
+if t.mode == 'speed' or t.note:
+    print('RAN', t.mode, t.bulk_n, 'NOTE', t.note)
+    sys.exit(0)
+try:  # Engine.complete does not know the modes yet: the injection path, if it exists, on the same files
+    from backend.ridgefill.injection import ridgefill_prefill
+except ImportError as exc:
+    print('SKIP', exc)
+    sys.exit(0)
+eng.truncate_cache(0)
+rep = ridgefill_prefill(eng, toks, 'speed', {split}, 512)
+print('RAN', rep.mode, rep.bulk_n, 'NOTE', rep.note)
 """
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    if "mode" in r.stderr and "not supported" in r.stderr or "speed" in r.stderr and "Unknown" in r.stderr:
-        pytest.skip(f"speed mode is not in the engine yet: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr[-2000:]
-    line = [l for l in r.stdout.splitlines() if l.startswith("MODE")][-1]
-    assert line.startswith("MODE speed") and int(line.split()[3]) > 0, line
+    if "SKIP" in r.stdout:
+        pytest.skip(f"speed mode is not in the engine yet ({r.stdout.strip()}); model and maps were downloaded and verified")
+    line = [l for l in r.stdout.splitlines() if l.startswith("RAN")][-1]
+    assert line.startswith("RAN speed") and int(line.split()[2]) > 0, line  # speed ran, on the downloaded maps
