@@ -26,14 +26,14 @@ def register(sub) -> None:
 
 
 def _progress():
-    state = {"stage": None, "t0": time.perf_counter()}
+    state = {"stage": None, "t0": 0.0, "done0": 0}
 
     def on_progress(stage: str, done: int, total: int) -> None:
-        if stage != state["stage"]:
-            state["stage"], state["t0"] = stage, time.perf_counter()
+        if stage != state["stage"]:  # the rate counts from the first report of a stage
+            state.update(stage=stage, t0=time.perf_counter(), done0=done)
         secs = time.perf_counter() - state["t0"]
         unit = "tokens" if stage == "capture" else "layers"
-        rate = f"  {done / secs:,.0f} tok/s" if stage == "capture" and secs > 0 else ""
+        rate = f"  {(done - state['done0']) / secs:,.0f} tok/s" if stage == "capture" and secs > 0 else ""
         print(f"\r{stage}: {done:,}/{total:,} {unit}{rate}   ", end="", file=sys.stderr, flush=True)
         if done == total:
             print(file=sys.stderr)

@@ -33,8 +33,11 @@ from .map_store import activations_dir
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STRIDE = 8  # ~1 row in 8: neighbours are highly correlated, and 10K rows suffice for d≈600
-CAPTURE_CTX = 4096
+DEFAULT_STRIDE = 4  # neighbouring rows are highly correlated; ~7K rows suffice for d≈600
+# Each text (and its chat copy) is cut to this many tokens: capture is the cost (an exact prefill
+# reading every layer), and ~28 sequences of 1K tokens take minutes on a 2-core laptop.
+MAX_SEQ_TOKENS = 1024
+CAPTURE_CTX = 2048
 STREAMS = "streams.safetensors"
 FACTS = "calibration.json"
 CACHE_VERSION = 1
@@ -57,11 +60,15 @@ def calibration_sequences(engine, texts: list[str], max_seq: int) -> list[tuple[
     """(document id, "prose"|"chat", tokens) for each text and its chat copy, each cut to max_seq."""
     seqs = []
     for i, text in enumerate(texts):
-        seqs.append((i, "prose", engine.tokenize(text)[:max_seq]))
-        # The app's own document prompt, plus a short answer so assistant turns are seen too.
-        messages = document_messages(text, _QUESTIONS[i % len(_QUESTIONS)])
-        messages.append(ChatMessage("assistant", _first_sentences(text, 2)))
-        seqs.append((i, "chat", engine.prompt_tokens(CompletionRequest(messages=messages))[-max_seq:]))
+        prose = engine.tokenize(text)
+        seqs.append((i, "prose", prose[:max_seq]))
+        # The app's own document prompt (the text cut to leave room for the turns), plus a short
+        # answer so assistant turns are seen too.
+        room = max(16, max_seq - 160)
+        doc = engine.detokenize(prose[:room]) if len(prose) > room else text
+        messages = document_messages(doc, _QUESTIONS[i % len(_QUESTIONS)])
+        messages.append(ChatMessage("assistant", _first_sentences(text, 2)[:300]))
+        seqs.append((i, "chat", engine.prompt_tokens(CompletionRequest(messages=messages))[:max_seq]))
     return seqs
 
 
@@ -129,7 +136,7 @@ def capture_activations(
         source = ["(given texts)"]
     if not texts:
         raise ValueError("no calibration text")
-    seqs = calibration_sequences(engine, texts, min(engine.n_ctx, CAPTURE_CTX) - 8)
+    seqs = calibration_sequences(engine, texts, min(engine.n_ctx - 8, MAX_SEQ_TOKENS))
     if max_tokens is not None:  # alternate prose and chat copies until the budget is spent
         kept, left = [], max_tokens
         for d, kind, toks in seqs:
