@@ -1,0 +1,80 @@
+"""The hub commands in-process (fast): models, download, maps, download-maps, publish-maps."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import run_cli
+from backend.model_file import embedded_model_path
+from tests.hub_server import FakeHub
+from tests.test_hub_downloads import write_tiny_gguf
+from tests.test_hub_maps import make_map_folder
+
+EMBEDDED = "smollm2-135m-instruct-q4_1"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def hub():
+    h = FakeHub(token="tok").start()
+    yield h
+    h.stop()
+
+
+def test_models_lists_catalogue_with_states(capsys):
+    assert run_cli(["models", "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[EMBEDDED]["state"] == "installed" and rows[EMBEDDED]["embedded"]
+    assert rows["qwen3-0.6b-q8_0"]["state"] == "available" and rows["qwen3-0.6b-q8_0"]["fits_disk"] in (True, False)
+    assert run_cli(["models", "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert "not cached (offline)" in out and "installed (embedded)" in out
+
+
+def test_add_local_gguf_then_download_is_immediate(tmp_path, capsys):
+    p = tmp_path / "my-model.gguf"
+    write_tiny_gguf(p, n_floats=1000)
+    assert run_cli(["models", "--add", str(p)]) == 0
+    assert "added my-model" in capsys.readouterr().out
+    assert run_cli(["download", "my-model", "--offline"]) == 0
+    assert capsys.readouterr().out.strip() == str(p.resolve())
+    assert run_cli(["download", EMBEDDED]) == 0
+    assert capsys.readouterr().out.strip() == str(embedded_model_path())
+
+
+def test_failures_exit_2_with_reason(capsys, hub):
+    assert run_cli(["download", "no-such-model"]) == 2
+    assert "not in the catalogue" in capsys.readouterr().err
+    assert run_cli(["download", "qwen3-0.6b-q8_0", "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert "Offline" in err and "not in the cache" in err
+    assert run_cli(["download", "qwen3-0.6b-q8_0", "--endpoint", hub.url]) == 2
+    err = capsys.readouterr().err
+    assert "failed" in err and "not found on the hub" in err  # the state line and the reason
+    assert run_cli(["download-maps", "qwen3-0.6b-q8_0"]) == 2
+    assert "not installed" in capsys.readouterr().err
+
+
+def test_publish_then_list_and_download_maps(tmp_path, capsys, hub):
+    folder = make_map_folder(tmp_path / "s28", 28)
+    repo = f"me/ridgefill-maps-{EMBEDDED}"
+    assert run_cli(["publish-maps", str(folder), repo, "--endpoint", hub.url, "--token", "tok"]) == 0
+    assert capsys.readouterr().out.strip().endswith(hub.repos[repo].commit)
+    assert run_cli(["maps", EMBEDDED, "--endpoint", hub.url, "--maps-owner", "me"]) == 0
+    out = capsys.readouterr().out
+    assert "splits 28" in out and "fit-maps --split 18" in out
+    assert run_cli(["download-maps", EMBEDDED, "--split", "28", "--endpoint", hub.url, "--maps-owner", "me"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.strip().endswith("-s28") and "maps smollm2-135m-instruct-q4_1: ready" in cap.err
+    assert run_cli(["maps", EMBEDDED, "--offline"]) == 0
+    assert "split 28: verified" in capsys.readouterr().out
+    # Not published at the default split: the message leads to local fitting.
+    assert run_cli(["download-maps", EMBEDDED, "--endpoint", hub.url, "--maps-owner", "me"]) == 2
+    assert "python -m app fit-maps --split 18" in capsys.readouterr().err
