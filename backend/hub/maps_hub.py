@@ -192,6 +192,29 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     return final
 
 
+def obtain_maps(entry: ModelEntry, split: int, model_path: Path, settings: HubSettings,
+                job: DownloadJob | None = None, fit_if_missing: bool = True,
+                on_fit_progress=None, cancel=None) -> tuple[Path, str]:
+    """The one-click path: a verified map folder for (model, split), however it can be had.
+
+    Returns (folder, how) with how "cached" | "downloaded" | "fitted". When the hub has no such set
+    (the download job ends failed with that reason) and `fit_if_missing`, the set is fitted locally
+    with backend/ridgefill/fitting.py into the same user cache, reporting on_fit_progress(stage, done,
+    total) and honouring cancel(). Offline, fitting is the only way, and it needs no network.
+    """
+    job = job or DownloadJob(f"maps {entry.id}")
+    try:
+        folder = download_maps(entry, split, model_path, settings, job)
+        return folder, ("cached" if job.history == [State.QUEUED, State.READY] else "downloaded")
+    except (MapsNotPublished, NotCachedOffline):
+        if not fit_if_missing:
+            raise
+    from backend.ridgefill.fitting import fit_map_set
+
+    folder = fit_map_set(model_path, split, out_dir=settings.maps_dir, on_progress=on_fit_progress, cancel=cancel)
+    return Path(folder), "fitted"
+
+
 # --- publishing -------------------------------------------------------------------------------
 
 def manifest_files(manifest: dict) -> dict[str, str]:
