@@ -3,13 +3,11 @@
 Builds EVALS's items (backend/evals/needles.py) on the attached document or a built-in haystack, runs
 every item in every mode, streams each scored row back as it is done (so the heatmaps fill live), and
 returns the rows with a summary: accuracy per mode and region, and the exact McNemar test.
-Uses EVALS's runner `backend/evals/recall.py: run_recall` when it is installed, else a minimal loop
-over the same items, request and scorer.
+The runner is EVALS's `backend/evals/recall.py: run_recall` (resumable JSONL results).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,42 +60,32 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
     return out
 
 
+def default_results_path() -> Path:
+    from app.paths import data_dir
+
+    p = data_dir() / "recall"
+    p.mkdir(parents=True, exist_ok=True)
+    return p / "gui-recall.jsonl"
+
+
 def run_recall_task(engine, req, on_event, cancel) -> RecallResult:
-    from backend.errors import Cancelled
+    """EVALS's runner over the items; results append to a JSONL file, so a rerun of the same grid
+    (same items, modes, split, tail) resumes instead of repeating finished answers."""
     from backend.evals.needles import make_items
-    from backend.evals.scoring import score
+    from backend.evals.recall import run_recall
 
     t0 = time.perf_counter()
     items = make_items(engine, lengths=req.lengths, depths=req.depths, variants=["single"],
                        haystack=_haystack(req), reps=int(req.extra.get("reps", 1)))
-    total = len(items) * len(req.modes)
-    rows: list[dict] = []
-    for item in items:
-        for mode in req.modes:
-            if cancel():
-                raise Cancelled(f"recall run cancelled after {len(rows)} of {total} answers")
-            split = req.split if mode != "off" else None
-            tail = req.tail if mode != "off" else None
-            res = engine.complete(item.request(mode, split, tail), cancel=cancel)
-            if res.finish_reason == "cancelled":
-                raise Cancelled(f"recall run cancelled after {len(rows)} of {total} answers")
-            ok, got = score(res.text, item.answers, "uuid" if item.variant == "uuid" else "number")
-            row = {**item.meta(req.tail), "mode": mode, "mode_ran": res.timings.mode, "correct": bool(ok),
-                   "answer": got, "reply": res.text, "ttft_ms": res.timings.ttft_ms,
-                   "bulk_n": res.timings.bulk_n, "note": res.timings.note}
-            rows.append(row)
-            on_event(RecallRow(len(rows), total, row))
-            on_event(ProgressEvent(len(rows), total, (time.perf_counter() - t0) * 1000, "recall"))
-    result = RecallResult(rows, summarize(rows, req.modes))
-    if req.out_path:
-        write_json(result, req, Path(req.out_path))
-        result.out_path = req.out_path
-    return result
 
+    def on_progress(p) -> None:
+        if p.record is not None:
+            on_event(RecallRow(p.done, p.total, p.record))
+        on_event(ProgressEvent(p.done, p.total, (time.perf_counter() - t0) * 1000, "recall"))
 
-def write_json(result: RecallResult, req, path: Path) -> None:
-    data = {"lengths": req.lengths, "depths": req.depths, "modes": req.modes, "split": req.split,
-            "tail": req.tail, "summary": result.summary, "rows": result.rows}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    out = Path(req.out_path) if req.out_path else default_results_path()
+    try:
+        rows = run_recall(engine, items, req.modes, req.split, req.tail, out, on_progress, cancel)
+    finally:
+        engine.truncate_cache(0)  # items ran without prefix reuse; the next chat starts clean
+    return RecallResult(rows, summarize(rows, req.modes), str(out))

@@ -10,14 +10,20 @@ pytest.importorskip("pytestqt")
 from tests.gui_helpers import make_window, start_service, wait_ready  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def service(qapp, tmp_path_factory, model_path):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RIDGEFILL_HOME", str(tmp_path_factory.mktemp("rfhome")))
+    svc = start_service(model_path, n_ctx=2048, n_batch=256)
+    yield svc
+    svc.shutdown()
+    mp.undo()
+
+
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch, model_path):
-    monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path))
-    service = start_service(model_path, n_ctx=2048, n_batch=256)
+def window(qtbot, service):
     wait_ready(qtbot, service)
-    w = make_window(qtbot, service)
-    yield w
-    service.shutdown()
+    return make_window(qtbot, service)
 
 
 @pytest.mark.slow
@@ -25,7 +31,7 @@ def test_recall_panel_fills_its_heatmaps_on_a_short_run(qtbot, window, tmp_path)
     panel = window.recall
     assert panel is not None, "the recall tab is missing"
     window.controls.toggle.setChecked(True)
-    panel.lengths.setText("300, 700")
+    panel.lengths.setText("256, 640")
     panel.depths.setText("0.2, 0.8")
     panel.haystack.setCurrentIndex(panel.haystack.findData("corpus"))
     assert panel.run()
@@ -33,7 +39,7 @@ def test_recall_panel_fills_its_heatmaps_on_a_short_run(qtbot, window, tmp_path)
     qtbot.waitUntil(lambda: panel._task is None, timeout=240_000)
     assert panel.result is not None, panel.status.text()
     assert panel.exact_map.filled() == 4 and panel.rf_map.filled() == 4
-    for L in (300, 700):
+    for L in (256, 640):
         for d in (0.2, 0.8):
             assert panel.exact_map.accuracy(L, d) is not None and panel.rf_map.accuracy(L, d) is not None
     assert "McNemar" in panel.summary.text() and "p = " in panel.summary.text()
@@ -49,7 +55,7 @@ def test_recall_panel_fills_its_heatmaps_on_a_short_run(qtbot, window, tmp_path)
 
 def test_recall_panel_cancel_keeps_the_cells_done(qtbot, window):
     panel = window.recall
-    panel.lengths.setText("300")
+    panel.lengths.setText("256")
     panel.depths.setText("0.1, 0.3, 0.5, 0.7, 0.9")
     panel.haystack.setCurrentIndex(panel.haystack.findData("filler"))
     assert panel.run()

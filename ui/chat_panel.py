@@ -183,7 +183,7 @@ class ChatPanel(QWidget):
         if d is None:
             self.doc_label.setText("No document: attach a .txt, .md or .pdf file, or drop it here.")
         else:
-            self.doc_label.setText(f"📄 {d.name} · {len(d.text):,} characters")
+            self.doc_label.setText(f"Document: {d.name} · {len(d.text):,} characters")
         self.detach_btn.setVisible(d is not None)
 
     def dragEnterEvent(self, e) -> None:

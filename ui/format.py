@@ -33,8 +33,8 @@ def compare_line(primary: dict, exact: dict, agree: bool) -> str:
     p, e = primary.get("ttft_ms", 0), exact.get("ttft_ms", 0)
     ratio = e / p if p > 0 else 0.0
     mode = primary.get("mode", "off")
-    who = "RidgeFill" if mode != "off" else "this answer (exact)"
-    return (f"Exact TTFT {ms(e)} vs {who} {ms(p)}: {ratio:.2f}× · "
+    who = f"RidgeFill ({mode})" if mode != "off" else "this answer (exact)"
+    return (f"TTFT {who} {ms(p)} · exact {ms(e)} · exact/this {ratio:.2f}× · "
             + ("answers agree ✓" if agree else "answers differ ✗"))
 
 

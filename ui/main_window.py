@@ -75,7 +75,7 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.controls)
         rl.addWidget(QLabel("Time to first token, this session"))
         rl.addWidget(self.chart, 1)
-        dock_right = QDockWidget("RidgeFill")
+        dock_right = QDockWidget("Prefill")
         dock_right.setObjectName("ridgefill")
         dock_right.setWidget(right)
         dock_right.setFeatures(QDockWidget.DockWidgetMovable)

@@ -155,8 +155,9 @@ class RecallPanel(QWidget):
             note = f" · {r['note']}" if r.get("note") else ""
             self.status.setText(f"{ev.done} / {ev.total} answers · last: {r['mode']} at {r['length']:,} tokens, "
                                 f"depth {r['depth']:.0%}: {'✓' if r['correct'] else '✗'}{note}")
-        elif isinstance(ev, ProgressEvent) and ev.stage != "recall":
-            pass  # prefill chunks of one item: too fine to show here
+        elif isinstance(ev, ProgressEvent) and ev.stage == "recall":
+            self.progress.setRange(0, ev.total)
+            self.progress.setValue(ev.done)
 
     @Slot(int, object)
     def _on_result(self, tid: int, res) -> None:
@@ -164,8 +165,13 @@ class RecallPanel(QWidget):
             return
         self._task = None
         self.result = res
+        self.rows = list(res.rows)  # resumed answers (from an earlier identical run) included
+        self.exact_map.set_grid(self.request.lengths, self.request.depths, self.request.tail)
+        self.rf_map.set_grid(self.request.lengths, self.request.depths, self.request.tail)
+        for r in self.rows:
+            (self.exact_map if r["mode"] == "off" else self.rf_map).add(r["length"], r["depth"], r["correct"], r["region"])
         self._show_summary(res.summary)
-        ran = {r["mode_ran"] for r in res.rows if r["mode"] != "off"}
+        ran = {r.get("mode_run") for r in res.rows if r["mode"] != "off"}
         if ran == {"off"}:
             notes = {r["note"] for r in res.rows if r.get("note")}
             self.status.setText("Done, but RidgeFill did not run on these items (so both sides are exact): "

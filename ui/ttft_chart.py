@@ -17,6 +17,7 @@ class TtftChart(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.3)
         self.plot.addLegend(offset=(5, 5))
         self.plot.setMinimumHeight(160)
+        self.plot.getAxis("bottom").setTickSpacing(1, 1)  # whole message numbers
         self.points: dict[str, list[tuple[float, float]]] = {"ridgefill": [], "exact": []}
         self.curves = {
             key: self.plot.plot([], [], name=("RidgeFill" if key == "ridgefill" else "exact"),
@@ -32,7 +33,7 @@ class TtftChart(QWidget):
         """A point for one answer, in the series of the mode that actually ran."""
         key = "exact" if mode == "off" else "ridgefill"
         self.points[key].append((float(message_index), ttft_ms / 1000.0))
-        xs, ys = zip(*self.points[key])
+        xs, ys = zip(*sorted(self.points[key]))
         self.curves[key].setData(list(xs), list(ys))
 
     def n_points(self) -> int:
