@@ -82,6 +82,7 @@ def test_download_reports_progress_and_installs_verified(hub, settings, tiny):
     assert any(e.state is State.VERIFYING and e.done == len(tiny) for e in events)  # hashed every byte
     rec = json.loads((path.parent / store.RECORD).read_text())
     assert rec["sha256"] == hashlib.sha256(tiny).hexdigest() and rec["verified_by"] == "sha256"
+    assert rec["architecture"] == "llama" and rec["context_length"] == 512  # read from the verified header
     assert not (settings.staging_dir / "tiny-q8_0").exists()
     # The client asked with the hub's real routes: HEAD then GET on /resolve/.
     resolves = [(m, p) for m, p, _ in hub.requests if "/resolve/" in p]

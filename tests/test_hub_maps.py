@@ -191,7 +191,8 @@ def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path, maps28):
         model = Path(r.stdout.strip())
         assert model.read_bytes() == MODEL.read_bytes() and str(model).startswith(str(home))
         r = _cli(["models", "--json", "--offline"], env)
-        assert {m["id"]: m["state"] for m in json.loads(r.stdout)}[model_id] == "installed"
+        row = {m["id"]: m for m in json.loads(r.stdout)}[model_id]
+        assert row["state"] == "installed" and row["architecture"] == "llama" and row["context_length"] == 8192
         # Maps for the user's entry follow the convention with its id; publish under that name.
         hub.add_folder(f"{OWNER}/ridgefill-maps-{model_id}", tmp_path / "published", prefix=f"split-{split}/")
         r = _cli(["download-maps", model_id, "--endpoint", hub.url, "--maps-owner", OWNER], env)

@@ -31,7 +31,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from backend.model_file import GGUF_MAGIC
+from backend.errors import RidgeFillError
+from backend.model_file import GGUF_MAGIC, read_model_info
 
 from . import store
 from .catalogue import ModelEntry
@@ -114,10 +115,16 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
     except BaseException:
         store.remove_quietly(staging)
         raise
+    try:  # facts a user-added entry lacks, read from the verified file's header
+        info = read_model_info(staged)
+        facts = {"architecture": info.architecture, "context_length": info.n_ctx_train, "name": info.name}
+    except RidgeFillError as exc:
+        store.remove_quietly(staging)
+        raise VerificationFailed(f"{entry.filename} is not a usable GGUF model ({exc}); it was deleted.") from exc
     final = store.install_model(
         staged, entry, settings,
         {"id": entry.id, "repo_id": entry.repo_id, "revision": entry.revision, "commit": meta.commit_hash,
-         "sha256": expected_sha, "verified_by": "sha256" if expected_sha else "size"},
+         "sha256": expected_sha, "verified_by": "sha256" if expected_sha else "size", **facts},
     )
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
