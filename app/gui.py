@@ -51,9 +51,19 @@ def main(args=None) -> int:
     import multiprocessing
 
     multiprocessing.freeze_support()  # the engine child of a frozen (PyInstaller) build
+    import signal
+
+    from PySide6.QtCore import QTimer
+
     app = _app()
     window = build_window(args)
     window.show()
+    app.aboutToQuit.connect(window.shutdown)  # quit without a window close still joins the engine
+    signal.signal(signal.SIGINT, lambda *_: app.quit())  # Ctrl+C in the terminal
+    signal.signal(signal.SIGTERM, lambda *_: app.quit())
+    wake = QTimer()  # let Python run its signal handlers while Qt's loop waits
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
     return app.exec()
 
 

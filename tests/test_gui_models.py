@@ -55,7 +55,7 @@ def test_catalogue_lists_the_embedded_model_and_downloads_with_progress(qtbot, p
     panel.table.selectRow(r)
     assert panel.download_btn.isEnabled() and not panel.use_btn.isEnabled()
     panel.download_btn.click()
-    assert panel.cancel_btn.isEnabled() and panel.progress.isVisible()
+    assert panel.cancel_btn.isEnabled() and not panel.progress.isHidden()
     qtbot.waitUntil(lambda: panel.state.text().startswith(("Ready", "Failed")), timeout=30_000)
     assert panel.state.text().startswith("Ready"), panel.state.text()
     assert panel.table.item(r, 4).text() == "installed"

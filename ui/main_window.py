@@ -294,7 +294,11 @@ class MainWindow(QMainWindow):
             self.controls.set_maps_status("unavailable", [msg[-1]])
 
     # ---- lifetime --------------------------------------------------------------------------------
-    def closeEvent(self, e) -> None:
+    def shutdown(self) -> None:
+        """Save everything, stop background work and the engine (joined). Safe to call twice."""
+        if getattr(self, "_shut", False):
+            return
+        self._shut = True
         s = self.settings
         s.ridgefill_on = self.controls.toggle.isChecked()
         s.compare_exact = self.controls.compare.isChecked()
@@ -309,4 +313,7 @@ class MainWindow(QMainWindow):
                 panel.shutdown()
         if self.owns_service:
             self.service.shutdown()
+
+    def closeEvent(self, e) -> None:
+        self.shutdown()
         super().closeEvent(e)
