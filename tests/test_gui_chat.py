@@ -138,3 +138,39 @@ def test_store_writes_atomically_and_skips_damaged_files(tmp_path):
     assert [x.id for x in loaded] == [c.id]
     assert loaded[0].document.text == "text" and loaded[0].messages[1].complete is False
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_dropping_a_document_attaches_it_and_counts_its_tokens(qtbot, window, tmp_path):
+    from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\n\n" + corpus_texts()[1][:1500], encoding="utf-8")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(doc))])
+    window.chat.dropEvent(QDropEvent(QPointF(5, 5), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    assert window.chat.conv.document is not None and window.chat.conv.document.name == "notes.md"
+    wait_count(qtbot, window)
+    c = window.chat.last_count
+    assert c.fits and 300 < c.prompt_tokens < 1000
+    assert f"{c.prompt_tokens:,} tokens of" in window.chat.count_label.text()
+    assert window.chat.send_btn.isEnabled()
+    bad = tmp_path / "empty.txt"
+    bad.write_text("  \n", encoding="utf-8")
+    assert not window.chat.attach_document(bad)
+    assert "empty" in window.chat.notice.text()
+    assert window.chat.conv.document.name == "notes.md"  # the good document stays
+
+
+def test_settings_round_trip_and_ignore_bad_values(home):
+    from app.settings import Settings
+
+    s = Settings(threads=1, n_ctx=4096, hub_endpoint="http://127.0.0.1:9", split=12)
+    s.save()
+    back = Settings.load()
+    assert (back.threads, back.n_ctx, back.hub_endpoint, back.split) == (1, 4096, "http://127.0.0.1:9", 12)
+    Settings.path().write_text('{"threads": "many", "n_ctx": 2048}', encoding="utf-8")
+    back = Settings.load()
+    assert back.threads == 0 and back.n_ctx == 2048
+    Settings.path().write_text("{broken", encoding="utf-8")
+    assert Settings.load() == Settings()

@@ -37,7 +37,7 @@ SAVE_EVERY_S = 0.5
 
 class ChatPanel(QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
-    status = Signal(str)
+    busy_changed = Signal(bool)  # an answer is being produced (switching conversations waits for it)
 
     def __init__(self, service: EngineService, store: ConversationStore, controls: RidgeFillControls,
                  chart: TtftChart, max_tokens: int = 256, parent=None):
@@ -116,9 +116,10 @@ class ChatPanel(QWidget):
         service.ready.connect(lambda _info: self.request_count())
 
     # ---- conversation ----------------------------------------------------------------------------
-    def load_conversation(self, conv: Conversation) -> None:
-        if self.busy():
-            self.stop()
+    def load_conversation(self, conv: Conversation) -> bool:
+        if self.busy():  # the answer in progress belongs to the shown conversation: stop first
+            self._notice("Stop or wait for the answer before switching conversations.")
+            return False
         self.conv = conv
         self.view.clear()
         for i, m in enumerate(conv.messages):
@@ -126,6 +127,7 @@ class ChatPanel(QWidget):
             self._decorate(w, m)
         self._show_document()
         self.request_count()
+        return True
 
     def new_conversation(self) -> Conversation:
         self.load_conversation(Conversation())
@@ -255,8 +257,14 @@ class ChatPanel(QWidget):
         return self._task_primary is not None or self._task_exact is not None
 
     def _update_buttons(self) -> None:
-        self.send_btn.setEnabled(not self.busy() and not self.too_long)
-        self.stop_btn.setEnabled(self.busy())
+        busy = self.busy()
+        self.send_btn.setEnabled(not busy and not self.too_long)
+        self.stop_btn.setEnabled(busy)
+        self.attach_btn.setEnabled(not busy)
+        self.detach_btn.setEnabled(not busy)
+        if busy != getattr(self, "_was_busy", False):
+            self._was_busy = busy
+            self.busy_changed.emit(busy)
 
     @Slot()
     def send(self) -> bool:

@@ -58,6 +58,7 @@ class MainWindow(QMainWindow):
         self.conv_list = QListWidget()
         new_btn = QPushButton("New chat")
         new_btn.clicked.connect(self.new_conversation)
+        self.chat.busy_changed.connect(lambda busy: (self.conv_list.setEnabled(not busy), new_btn.setEnabled(not busy)))
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(4, 4, 4, 4)
@@ -148,6 +149,8 @@ class MainWindow(QMainWindow):
     # ---- conversations ---------------------------------------------------------------------------
     @Slot()
     def new_conversation(self) -> None:
+        if self.chat.busy():
+            return
         self.chat.new_conversation()
         self.chart.clear()
         self._refresh_list()
@@ -177,8 +180,8 @@ class MainWindow(QMainWindow):
             conv = self.store.load(cid)
         except (OSError, ValueError, KeyError):
             return
-        self.chat.load_conversation(conv)
-        self.chart.clear()
+        if self.chat.load_conversation(conv):
+            self.chart.clear()
 
     # ---- engine ----------------------------------------------------------------------------------
     @Slot(object)
