@@ -174,3 +174,19 @@ def test_settings_round_trip_and_ignore_bad_values(home):
     assert back.threads == 0 and back.n_ctx == 2048
     Settings.path().write_text("{broken", encoding="utf-8")
     assert Settings.load() == Settings()
+
+
+def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
+    c = window.controls
+    assert c.slider.minimum() == 1 and c.slider.maximum() == 29  # the embedded model's 30 layers
+    c.slider.setValue(5)
+    assert c.split_label.text().startswith("S = 5: layers 5–29 predicted for bulk rows; layers 0–4 exact")
+    qtbot.waitUntil(lambda: window._maps_task is None and "split 5" in c.maps_label.text(), timeout=60_000)
+    assert c.maps_status in ("verified", "warning", "refused", "missing")
+    if c.maps_status == "missing":
+        assert "split 5" in c.maps_reasons.text() and c.fit_btn.isEnabled()
+    req = window.chat.build_request("q")
+    assert (req.mode, req.split, req.tail) == ("off", None, None)  # the toggle is off in these tests
+    c.toggle.setChecked(True)
+    req = window.chat.build_request("q")
+    assert (req.mode, req.split, req.tail) == ("speed", 5, c.tail())
