@@ -70,3 +70,8 @@ def baseline_pairs(records: list[dict]) -> list[tuple[str, str]]:
     if "off" not in conds:
         return []
     return [("off", c) for c in conds if c != "off"]
+
+
+def recall_records(records: list[dict]) -> list[dict]:
+    """Recall lines only (a sweep's file also holds NLL and TTFT lines)."""
+    return [r for r in records if r.get("kind", "recall") == "recall"]

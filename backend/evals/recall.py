@@ -49,7 +49,7 @@ def load_results(path: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 log.warning("%s:%d: skipping a malformed line (an interrupted write?)", p, i)
                 continue
-            if isinstance(rec, dict) and {"id", "mode"} <= rec.keys():
+            if isinstance(rec, dict) and {"id", "mode"} <= rec.keys():  # recall, nll and ttft lines
                 out.append(rec)
     return out
 
@@ -79,7 +79,7 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
     correct, answer = score(result.text, item.answers, "uuid" if item.variant == "uuid" else "number")
     t = result.timings
     rec = {
-        **item.meta(tail),
+        "kind": "recall", **item.meta(tail),
         "mode": mode, "split": split if mode != "off" else None, "tail": tail,
         "correct": correct, "answer": answer, "reply": result.text,
         "mode_run": t.mode, "bulk_n": t.bulk_n, "note": t.note,

@@ -1,0 +1,63 @@
+"""`python -m app recall`: needle recall, exact against RidgeFill on the same items, resumable JSON lines.
+
+Example: python -m app recall --lengths 2048,4096 --depths 0.1,0.3,0.5 --variants single,multikey --out r.jsonl
+"""
+from __future__ import annotations
+
+import json
+
+from app.commands.common import open_engine
+from app.commands.evals_common import add_split_tail, float_list, haystack_of, int_list, say, split_tail, str_list
+from backend.evals.compare import accuracy, by_condition, compare, recall_records
+from backend.evals.needles import VARIANTS, make_items
+from backend.evals.recall import run_recall
+from backend.evals.report import accuracy_table, comparison_text
+
+
+def register(sub) -> None:
+    p = sub.add_parser("recall", help="needle recall in the bulk and tail, exact vs RidgeFill (resumable)")
+    p.add_argument("--lengths", type=int_list, default=[2048], help="prompt lengths in tokens, e.g. 2048,4096")
+    p.add_argument("--depths", type=float_list, default=[0.1, 0.3, 0.5], help="needle depths (0..1), e.g. 0.1,0.5")
+    p.add_argument("--variants", type=str_list, default=["single"], help=f"comma-separated: {','.join(VARIANTS)}")
+    p.add_argument("--haystack", default="filler", help="filler (default), corpus, or a text file")
+    add_split_tail(p)
+    p.add_argument("--modes", type=str_list, default=["off", "speed"], help="modes to run (default off,speed)")
+    p.add_argument("--reps", type=int, default=1, help="items per length/depth/variant (different keys and values)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    engine = open_engine(args)
+    split, tail = split_tail(args, engine.info)
+    items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
+                       haystack=haystack_of(args), reps=args.reps, seed=args.seed)
+    say(f"{len(items)} items x {len(args.modes)} modes on {engine.info.name}; split {split}, tail {tail}; "
+        f"results -> {args.out}")
+
+    def progress(p):
+        r = p.record
+        if r is None:
+            return
+        note = f"  [{r['note']}]" if r.get("note") else ""
+        say(f"[{p.done}/{p.total}] {r['id']} {r['mode']}: {'correct' if r['correct'] else 'wrong'} "
+            f"({r['region']}, {r['seconds']:.1f} s, reply {r['reply'].strip()[:40]!r}){note}")
+
+    results = run_recall(engine, items, args.modes, split, tail, args.out, on_progress=progress)
+    print_summary(results, args.json)
+    return 0
+
+
+def print_summary(records: list[dict], as_json: bool) -> None:
+    conds = by_condition(recall_records(records))
+    acc = {c: accuracy(rs) for c, rs in conds.items()}
+    cmps = [compare(conds["off"], rs, "off", c) for c, rs in conds.items() if c != "off"] if "off" in conds else []
+    if as_json:
+        print(json.dumps({"accuracy": acc, "comparisons": cmps}, indent=1))
+        return
+    print(accuracy_table(acc))
+    for c in cmps:
+        print()
+        print(comparison_text(c))
