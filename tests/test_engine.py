@@ -127,3 +127,10 @@ def test_eval_callback_can_observe_nodes(small_engine):
     finally:
         small_engine.eval_hook = None
     assert "l_out-0" in names and "l_out-28" in names
+
+
+def test_greedy_answer_contains_the_expected_word(small_engine):
+    result = small_engine.complete(ask("Remember this: the passkey is 5820417.\nWhat is the passkey? "
+                                       "Answer with the number only.", max_tokens=16, temperature=0.0))
+    assert "5820417" in result.text
+    assert result.finish_reason in ("stop", "length")
