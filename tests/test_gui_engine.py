@@ -97,3 +97,27 @@ def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home
         assert t2["mode"] == "off" and t2["bulk_n"] == 0
     finally:
         service.shutdown()
+
+
+def test_a_bad_model_file_is_reported_once_and_not_restarted(qtbot, home, tmp_path):
+    from app.engine_service import EngineService, EngineSettings
+
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("not a model", encoding="utf-8")
+    service = EngineService(EngineSettings(model_path=str(bad)))
+    fatal, crashed = [], []
+    service.fatal.connect(fatal.append)
+    service.crashed.connect(crashed.append)
+    service.start()
+    try:
+        tid = service.submit("ping")
+        failed = []
+        service.failed.connect(lambda t, et, msg: failed.append((t, et, msg)))
+        qtbot.waitUntil(lambda: bool(fatal), timeout=60_000)
+        assert "not a GGUF model" in fatal[0]
+        qtbot.waitUntil(lambda: bool(failed), timeout=5_000)
+        assert failed[0][0] == tid and failed[0][1] == "ModelFileError"
+        qtbot.wait(300)
+        assert not crashed and service.info is None  # no restart loop on a file that cannot load
+    finally:
+        service.shutdown()
