@@ -5,7 +5,8 @@
 #   dist/ridgefill_<version>_<debarch>.deb        installs /opt/ridgefill, /usr/bin/ridgefill,
 #                                                 a desktop entry and icons (dpkg-deb)
 # Usage: packaging/build_linux.sh   (PY=python interpreter with the app's deps and PyInstaller;
-#        default .venv/bin/python). Prints sizes and times at the end.
+#        default .venv/bin/python; REUSE_APP=1 packs an existing dist/ridgefill without
+#        running PyInstaller again). Prints sizes and times at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,8 +23,12 @@ echo "== icons"
 
 echo "== PyInstaller (one folder)"
 t0=$(date +%s)
-RIDGEFILL_ICON_DIR="$BUILD/icons" "$PY" -m PyInstaller --noconfirm --log-level WARN \
-    --distpath "$DIST" --workpath "$BUILD/pyinstaller" packaging/ridgefill.spec
+if [ -n "${REUSE_APP:-}" ] && [ -x "$DIST/ridgefill/ridgefill" ]; then
+    echo "REUSE_APP set: packing the existing $DIST/ridgefill"
+else
+    RIDGEFILL_ICON_DIR="$BUILD/icons" "$PY" -m PyInstaller --noconfirm --log-level WARN \
+        --distpath "$DIST" --workpath "$BUILD/pyinstaller" packaging/ridgefill.spec
+fi
 t_pyi=$(( $(date +%s) - t0 ))
 APPDIR=$DIST/ridgefill
 [ -x "$APPDIR/ridgefill" ] || { echo "PyInstaller produced no $APPDIR/ridgefill" >&2; exit 1; }
@@ -72,7 +77,7 @@ else
         resolved=()
         : > "$SHL/skipped.txt"
         for f in "${elfs[@]}"; do
-            if LD_LIBRARY_PATH=$libpath ldd "$f" 2>/dev/null | grep -q "not found"; then
+            if [[ $(LD_LIBRARY_PATH=$libpath ldd "$f" 2>/dev/null) == *"not found"* ]]; then
                 echo "$f" >> "$SHL/skipped.txt"
             else
                 resolved+=("$f")
@@ -88,7 +93,10 @@ else
         fi
         echo "dpkg-shlibdeps: ${#resolved[@]} files analysed, $(wc -l < "$SHL/skipped.txt") skipped (see $SHL/skipped.txt)"
     fi
-    DEPENDS="${DEPENDS:-libc6}, $X11_DEPENDS"
+    DEPENDS=${DEPENDS:-libc6}
+    for dep in ${X11_DEPENDS//,/ }; do  # add those dpkg-shlibdeps did not already name
+        [[ ", $DEPENDS," == *", $dep "* || ", $DEPENDS," == *", $dep,"* ]] || DEPENDS="$DEPENDS, $dep"
+    done
     SIZE_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
     sed -e "s/@VERSION@/$VERSION/" -e "s/@ARCH@/$DEBARCH/" -e "s/@SIZE_KB@/$SIZE_KB/" \
         -e "s/@DEPENDS@/$DEPENDS/" -e "s/@RECOMMENDS@/$RECOMMENDS/" packaging/linux/control.in > "$STAGE/DEBIAN/control"
