@@ -54,6 +54,11 @@ def run(args) -> int:
         splits = list(range(1, info.n_layer - 1))
     else:
         splits = [args.split if args.split is not None else default_split(info)]
+    bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
+    if bad:
+        print(f"error: a split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}",
+              file=sys.stderr)
+        return 2
     progress = _progress()
 
     if args.recapture or calibration.load_activations(path) is None:
