@@ -7,7 +7,9 @@ prints every timing, and exits 0 only if every check held (1 otherwise).
 """
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import platform
 import sys
 import time
@@ -55,9 +57,15 @@ def check_qt() -> Check:
         w = QWidget()
         w.resize(64, 64)
         del w
-        import app.gui  # noqa: F401  (its imports are what the bundle must contain)
+        # Every GUI module imports: a bundle that lacks a module the window needs fails here, headless.
+        import ui
 
-        return Check("qt", True, f"PySide6 {pyside_version}, platform {qapp.platformName()}, app.gui imports")
+        names = ["app.gui", "app.engine_service"] + [
+            f"ui.{m.name}" for m in pkgutil.iter_modules(ui.__path__)]
+        for name in names:
+            importlib.import_module(name)
+        return Check("qt", True, f"PySide6 {pyside_version}, platform {qapp.platformName()}, "
+                                 f"{len(names)} GUI modules import")
     except Exception as exc:  # report, do not crash: the model checks still run
         return Check("qt", False, f"{type(exc).__name__}: {exc}")
 

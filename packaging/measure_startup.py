@@ -1,8 +1,8 @@
 """Start-up time of the GUI to a mapped (visible) main window, under Xvfb.
 
-Usage: python packaging/measure_startup.py [PROGRAM ...] [--runs N]
+Usage: python packaging/measure_startup.py [--runs N] [-- PROGRAM ARGS...]
 PROGRAM defaults to dist/ridgefill/ridgefill; give e.g. `.venv/bin/python -m app` to compare with
-the source checkout. Starts Xvfb on a free display unless one is given in $DISPLAY (needs `Xvfb` and
+the source checkout (`-- .venv/bin/python -m app`). Starts Xvfb on a free display unless one is given in $DISPLAY (needs `Xvfb` and
 `xwininfo`: apt-get install xvfb x11-utils), launches the program with a scratch RIDGEFILL_HOME,
 polls the X server's window tree until a viewable window titled "RidgeFill" appears, then closes
 the program. Prints each run and the median. The first run reads the files from disk unless they
@@ -70,11 +70,21 @@ def one_run(cmd: list[str], display: str, timeout: float) -> float:
                 time.sleep(0.02)
             raise SystemExit(f"no window within {timeout:.0f} s")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)  # the app and its engine child (own session)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the app and its engine child (they share the session the app was started in)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def main(argv: list[str]) -> int:
