@@ -1,12 +1,12 @@
 """Start-up time of the GUI to a mapped (visible) main window, under Xvfb.
 
-Usage: python packaging/measure_startup.py [--runs N] [-- PROGRAM ARGS...]
-PROGRAM defaults to dist/ridgefill/ridgefill; give e.g. `.venv/bin/python -m app` to compare with
-the source checkout (`-- .venv/bin/python -m app`). Starts Xvfb on a free display unless one is given in $DISPLAY (needs `Xvfb` and
-`xwininfo`: apt-get install xvfb x11-utils), launches the program with a scratch RIDGEFILL_HOME,
-polls the X server's window tree until a viewable window titled "RidgeFill" appears, then closes
-the program. Prints each run and the median. The first run reads the files from disk unless they
-are in the page cache already (say which when you quote it).
+Usage: python packaging/measure_startup.py [--runs N] [--cold DIR] [-- PROGRAM ARGS...]
+PROGRAM defaults to dist/ridgefill/ridgefill; `-- .venv/bin/python -m app` times the source checkout.
+Starts Xvfb on a free display unless $DISPLAY names one (needs `Xvfb` and `xwininfo`: apt-get install
+xvfb x11-utils), launches the program with a scratch RIDGEFILL_HOME, polls the X server's window tree
+until a viewable window titled "RidgeFill" appears, then ends the program. Prints each run and the
+median. `--cold DIR` evicts every file under DIR from the page cache before each run
+(posix_fadvise DONTNEED: only those files, nothing system-wide), so each start reads them from disk.
 """
 from __future__ import annotations
 
@@ -52,6 +52,20 @@ def start_xvfb() -> tuple[subprocess.Popen, str]:
     raise SystemExit("could not start Xvfb")
 
 
+def evict(folder: Path) -> int:
+    """Drop DIR's files from the page cache (clean pages only, which is all a read-only bundle has)."""
+    n = 0
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                n += 1
+            finally:
+                os.close(fd)
+    return n
+
+
 def one_run(cmd: list[str], display: str, timeout: float) -> float:
     with tempfile.TemporaryDirectory() as home:
         env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "PYTHONPATH")}
@@ -92,6 +106,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("program", nargs="*", default=["dist/ridgefill/ridgefill"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--cold", type=Path, help="evict this folder's files from the page cache before each run")
     args = ap.parse_args(argv)
     for tool in ("Xvfb", "xwininfo"):
         if shutil.which(tool) is None:
@@ -100,10 +115,12 @@ def main(argv: list[str]) -> int:
     try:
         times = []
         for i in range(args.runs):
+            if args.cold:
+                evict(args.cold)
             t = one_run(args.program, display, args.timeout)
             times.append(t)
             print(f"run {i + 1}: window visible after {t:.2f} s", flush=True)
-        print(f"{' '.join(args.program)}: median {statistics.median(times):.2f} s over {len(times)} runs "
+        print(f"{' '.join(args.program)}{' (cold: files evicted)' if args.cold else ''}: median {statistics.median(times):.2f} s over {len(times)} runs "
               f"(first {times[0]:.2f} s)")
     finally:
         if xvfb is not None:
