@@ -83,12 +83,12 @@ def test_mean_cosine():
 
 def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, model_path, tmp_path, capsys):
     t0 = time.perf_counter()
-    acts = calibration.capture_activations(small_engine, stride=2, max_tokens=600)
+    acts = calibration.capture_activations(small_engine, stride=2, max_tokens=384)
     capture_s = time.perf_counter() - t0
     facts = acts.facts
-    assert (facts["tokens"], facts["rows"], facts["stride"]) == (600, 300, 2)
+    assert (facts["tokens"], facts["rows"], facts["stride"]) == (384, 192, 2)
     assert facts["chat_sequences"] == 0 and facts["prose_sequences"] == 1  # the first text is long enough
-    assert acts.layer(20).shape == (300, 576) and acts.layer(1).dtype == torch.float32
+    assert acts.layer(20).shape == (192, 576) and acts.layer(1).dtype == torch.float32
     assert calibration.load_activations(model_path).facts == facts  # found again by fingerprint
 
     t1 = time.perf_counter()
@@ -98,13 +98,13 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
     assert maps.layers == [28, 29] and maps.warnings == []
     cos = maps.manifest["heldout_cosine"]
     assert all(0.5 < c <= 1.0 for c in cos.values())
-    assert maps.manifest["calibration"]["rows"] == 300
+    assert maps.manifest["calibration"]["rows"] == 192
     print(f"capture {capture_s:.1f} s, refit {refit_s:.1f} s")
 
     # A fit from a fresh capture equals the refit from the cache (capture is deterministic).
     shutil.rmtree(acts.folder)
     assert calibration.load_activations(model_path) is None
-    calibration.capture_activations(small_engine, stride=2, max_tokens=600)
+    calibration.capture_activations(small_engine, stride=2, max_tokens=384)
     again = load_maps(fit_map_set(model_path, 27, out_dir=tmp_path / "b", engine=small_engine), model_path)
     for l in maps.layers:
         assert torch.allclose(again.weights[l], maps.weights[l], atol=1e-3)
@@ -116,7 +116,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
     capsys.readouterr()
     assert run_cli(["fit-maps", "--split", "28", "--out", str(tmp_path / "cli"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["split"] == 28 and list(out["heldout_cosine"]) == ["29"] and out["calibration"]["rows"] == 300
+    assert out["split"] == 28 and list(out["heldout_cosine"]) == ["29"] and out["calibration"]["rows"] == 192
 
 
 def test_chat_copies_use_the_models_template(small_engine):
