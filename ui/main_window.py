@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         dock_right.setObjectName("ridgefill")
         dock_right.setWidget(right)
         dock_right.setFeatures(QDockWidget.DockWidgetMovable)
+        dock_right.setTitleBarWidget(QWidget())  # the RidgeFill group box titles it already
         self.addDockWidget(Qt.RightDockWidgetArea, dock_right)
         self.resizeDocks([dock_left, dock_right], [200, 380], Qt.Horizontal)
         self.setCentralWidget(self.tabs)
