@@ -35,9 +35,12 @@ def add_split_tail(p) -> None:
 
 def split_tail(args, info) -> tuple[int, int]:
     """The split and tail asked for, else the model's defaults."""
-    from backend.ridgefill.defaults import default_split, default_tail
-
-    split = args.split if args.split is not None else default_split(info)
+    asked_split = getattr(args, "split", None)
+    try:
+        from backend.ridgefill.defaults import default_split, default_tail
+    except ImportError:  # an install without RidgeFill: the engine picks (and runs exact)
+        return asked_split, args.tail if args.tail is not None else 512
+    split = asked_split if asked_split is not None else default_split(info)
     tail = args.tail if args.tail is not None else default_tail(info)
     return split, tail
 

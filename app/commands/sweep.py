@@ -34,10 +34,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.ridgefill.defaults import default_tail
+    from app.commands.evals_common import split_tail
 
     engine = open_engine(args)
-    tail = args.tail if args.tail is not None else default_tail(engine.info)
+    tail = split_tail(args, engine.info)[1]
     out = args.out or str(data_dir() / "evals" / "sweep.jsonl")
     hay = haystack_of(args)
     items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants, haystack=hay,

@@ -73,5 +73,14 @@ def baseline_pairs(records: list[dict]) -> list[tuple[str, str]]:
 
 
 def recall_records(records: list[dict]) -> list[dict]:
-    """Recall lines only (a sweep's file also holds NLL and TTFT lines)."""
-    return [r for r in records if r.get("kind", "recall") == "recall"]
+    """Recall lines only (a sweep's file also holds NLL and TTFT lines), one per item and condition:
+    the last that may stand (a line from an engine that ignored the mode is replaced by its rerun)."""
+    from .recall import result_key, reusable
+
+    out: dict = {}
+    for r in records:
+        if r.get("kind", "recall") == "recall":
+            key = result_key(r)
+            if reusable(r) or key not in out:
+                out[key] = r
+    return list(out.values())

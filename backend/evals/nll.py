@@ -18,7 +18,7 @@ import numpy as np
 from ..corpus import corpus_texts
 from ..errors import Cancelled, DocumentError
 from .haystacks import Haystack
-from .recall import _append, load_results, result_key
+from .recall import _append, load_results, result_key, reusable
 from .stats import bootstrap_ci
 
 LAST_N = 512
@@ -102,7 +102,8 @@ def run_nll(engine, docs: list[NllDocument], mode: str, split: int | None, tail:
     """Score every document exact and in `mode` (document by document; resumes from `out_path`) and
     return the paired summary (see `summarize_nll`)."""
     out = Path(out_path)
-    done = {result_key(r): r for r in load_results(out) if r.get("kind") == "nll" and r.get("last_n") == last_n}
+    done = {result_key(r): r for r in load_results(out)
+            if r.get("kind") == "nll" and r.get("last_n") == last_n and reusable(r)}
     total, n = 2 * len(docs), 0
     lines = []
     for doc in docs:

@@ -33,6 +33,12 @@ def result_key(rec: dict) -> tuple:
     return (rec["id"], rec["mode"], rec.get("split"), rec.get("tail"))
 
 
+def reusable(rec: dict) -> bool:
+    """Whether a line may stand in for a rerun: an exact line, or one whose mode really ran or was
+    refused with a stated reason (not one from an engine that ignored the mode without a word)."""
+    return rec["mode"] == "off" or rec.get("mode_run") == rec["mode"] or bool(rec.get("note"))
+
+
 def load_results(path: str | Path) -> list[dict]:
     """Every well-formed line of a results file (a line cut short by an interruption is skipped)."""
     p = Path(path)
@@ -96,7 +102,7 @@ def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | N
     these items and modes, read back from `out_path` (earlier runs included). Raises Cancelled; what
     finished stays in the file."""
     out = Path(out_path)
-    done = {result_key(r): r for r in load_results(out)}
+    done = {result_key(r): r for r in load_results(out) if reusable(r)}
     total = len(items) * len(modes)
     n = 0
     results = []

@@ -15,7 +15,7 @@ from typing import Callable
 from ..errors import Cancelled
 from .needles import NeedleItem
 from .nll import NllDocument, run_nll
-from .recall import _append, load_results, result_key, run_recall
+from .recall import _append, load_results, result_key, reusable, run_recall
 from .stats import paired_table
 
 
@@ -50,7 +50,7 @@ def measure_ttft(engine, item: NeedleItem, mode: str, split: int | None, tail: i
     """Time to first token of one prompt (the best of `repeats` runs: the least disturbed by other load)."""
     probe = {"kind": "ttft", "id": f"ttft-{item.id}-x{repeats}{tag}", "mode": mode, "split": split, "tail": tail}
     for rec in load_results(out_path):
-        if rec.get("kind") == "ttft" and result_key(rec) == result_key(probe):
+        if rec.get("kind") == "ttft" and result_key(rec) == result_key(probe) and reusable(rec):
             return rec
     best = None
     for _ in range(repeats):
