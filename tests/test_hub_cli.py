@@ -88,3 +88,12 @@ def test_shipped_maps_count_as_installed_offline(capsys):
     assert run_cli(["download-maps", EMBEDDED, "--offline"]) == 0  # default split 18
     cap = capsys.readouterr()
     assert "maps_cache" in cap.out and cap.out.strip().endswith("-s18") and ": ready" in cap.err
+
+
+def test_add_hub_repo_lists_its_files_through_the_hub(capsys, hub):
+    hub.add_file("org/one-GGUF", "one-Q4_K_M.gguf", b"GGUF" + bytes(100))
+    hub.add_file("org/one-GGUF", "one-Q8_0.gguf", b"GGUF" + bytes(100))
+    assert run_cli(["models", "--add", "org/one-GGUF", "--endpoint", hub.url]) == 0
+    assert "org/one-GGUF/one-Q4_K_M.gguf" in capsys.readouterr().out  # several files: the Q4_K_M one
+    assert run_cli(["models", "--add", "org/missing", "--endpoint", hub.url]) == 2
+    assert "not found on the hub" in capsys.readouterr().err

@@ -42,7 +42,10 @@ def hub_settings(args) -> HubSettings:
             token = token or saved.hub_token or None
         except Exception:
             pass
-    return HubSettings(cache_root=cache_dir(), endpoint=endpoint, token=token, offline=args.offline,
+    from huggingface_hub import constants as hf_constants
+
+    offline = args.offline or hf_constants.is_offline_mode()  # HF_HUB_OFFLINE=1 means offline here too
+    return HubSettings(cache_root=cache_dir(), endpoint=endpoint, token=token, offline=offline,
                        maps_owner=args.maps_owner or DEFAULT_MAPS_OWNER)
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 
 from app.commands.download import add_hub_options, catalogue, hub_settings, user_models_file
-from backend.hub import store
 from backend.hub.catalogue import add_hub, add_local
-from backend.hub.fit import check_fit
+from backend.hub.status import model_rows
 
 
 def register(sub) -> None:
@@ -34,21 +33,7 @@ def run(args) -> int:
         print(f"added {entry.id}  ({entry.local_path or f'{entry.repo_id}/{entry.filename}'})")
         return 0
 
-    rows = []
-    for e in catalogue():
-        path = store.model_path(e, settings)
-        size = path.stat().st_size if path else e.size_bytes
-        fit = check_fit(size, settings.models_dir, settings.disk_free) if size else None
-        rec = store.read_record(settings.models_dir / e.id) if path and e.on_hub else None
-        arch = e.architecture or (rec or {}).get("architecture") or "?"
-        rows.append({
-            "id": e.id, "name": e.name, "architecture": arch, "quantization": e.quantization,
-            "state": "installed" if path else ("not cached (offline)" if settings.offline else "available"),
-            "size_mb": round(size / 1e6, 1) if size else None, "context_length": e.context_length or (rec or {}).get("context_length"),
-            "licence": e.licence, "source": e.local_path or (f"{e.repo_id}/{e.filename}" if e.repo_id else ""),
-            "embedded": e.embedded, "path": str(path) if path else None,
-            "fits_disk": None if path or not fit else fit.disk_ok, "fits_ram": fit.ram_ok if fit else None,
-        })
+    rows = model_rows(catalogue(), settings)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

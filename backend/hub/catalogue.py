@@ -111,7 +111,12 @@ def add_hub(repo_id: str, filename: str | None, user_file: Path, list_files=None
     if filename is None:
         if list_files is None:
             raise HubError(f"Name the GGUF file of {repo_id}: OWNER/NAME:FILE.gguf")
-        ggufs = sorted(f for f in list_files(repo_id) if f.lower().endswith(".gguf"))
+        try:
+            ggufs = sorted(f for f in list_files(repo_id) if f.lower().endswith(".gguf"))
+        except Exception as exc:  # not found, gated, unreachable: say which
+            from .downloads import describe_error
+
+            raise HubError(describe_error(exc, repo_id)) from exc
         if not ggufs:
             raise HubError(f"{repo_id} has no .gguf file; the app runs GGUF models only.")
         pick = ggufs if len(ggufs) == 1 else [f for f in ggufs if "q4_k_m" in f.lower()]
