@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 # Smaller chunks than the library's 10 MB so progress and cancel respond at least every MiB.
 hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, 1024 * 1024)
+# Plain HTTP (resolve URLs, Range resume) rather than hf_xet: xet reports progress from a native
+# thread through two bars and cannot be stopped from a progress callback, so exact byte progress and
+# cancel between chunks would be lost. The hub serves every file over plain HTTP too.
+hf_constants.HF_HUB_DISABLE_XET = True
 HASH_CHUNK = 4 * 1024 * 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
