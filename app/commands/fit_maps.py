@@ -102,7 +102,8 @@ def _report(maps, folder: Path, refit_s: float, as_json: bool) -> None:
     print(f"calib     {cal['tokens']:,} tokens ({cal['prose_sequences']} prose + {cal['chat_sequences']} chat "
           f"sequences, {cal['documents']} documents), stride {cal['stride']} -> {cal['rows']:,} rows, "
           f"captured in {cal['capture_seconds']:,.0f} s")
-    print(f"refit     {refit_s:.1f} s from cached activations (fit alone {cal['fit_seconds']:.1f} s)")
+    print(f"refit     {refit_s:.1f} s from cached activations (fit alone {cal['fit_seconds']:.1f} s, "
+          f"{cal.get('fit_cpu_seconds', 0):.1f} s CPU)")
     print("layer  held-out cos  alpha    lambda")
     for l in maps.layers:
         print(f"{l:>5}  {m['heldout_cosine'][str(l)]:>12.4f}  {m['lambda'][str(l)]:<7g}  "
