@@ -1,6 +1,6 @@
 """Where llama.cpp keeps each layer's KV cache and how it ropes K, found from the graph itself.
 
-A discovery decode of one token (on an empty cache, removed after) lets the eval hook see every node
+A discovery decode of one token (after what is cached, removed after) lets the eval hook see every node
 without wanting any: each layer's K/V write is a SET_ROWS node whose destination's view chain leads to
 `cache_k_l{il}` / `cache_v_l{il}`, whose `src[1]` is the ubatch's cell index tensor (one per cache:
 gemma3's iSWA has two), and whose K value comes (through views) from the layer's ROPE node.
@@ -71,6 +71,7 @@ class LayerLayout:
 @dataclass
 class GraphLayout:
     layers: dict[int, LayerLayout] = field(default_factory=dict)
+    set_rows_op: int = -1  # this build's enum value of GGML_OP_SET_ROWS
 
     def index_names(self) -> set[str]:
         return {x for ll in self.layers.values() for x in (ll.k_index, ll.v_index)}
@@ -112,6 +113,7 @@ class _Collector:
     def __init__(self):
         self.writes: list[tuple[str, int, str, Node, Node]] = []  # (k|v, il, index name, value, root)
         self.error: str | None = None
+        self.set_rows_op = -1
 
     def wants(self, tensor: int) -> bool:
         try:
@@ -120,6 +122,7 @@ class _Collector:
                 dst = n.src(2).root() if n.src(2) else n.root()
                 m = _CACHE_RE.match(dst.name)
                 if m:
+                    self.set_rows_op = n.t.op
                     self.writes.append((m.group(1), int(m.group(2)), n.src(1).name, n.src(0), dst))
         except Exception as exc:  # never raise into C
             self.error = str(exc)
@@ -130,7 +133,7 @@ class _Collector:
 
 
 def discover(engine) -> GraphLayout:
-    """Decode one token on an emptied cache with a watching hook; the cache is emptied again after.
+    """Decode one token after the cached ones with a watching hook, then remove it again.
 
     Raises LayoutRefused with the reason when anything is not as the write path needs it."""
     problem = ggml_graph.layout_problem()
@@ -138,14 +141,17 @@ def discover(engine) -> GraphLayout:
         raise LayoutRefused(problem)
     col = _Collector()
     prev = engine.eval_hook
-    engine.truncate_cache(0)
+    n_keep = len(engine.kv_tokens)  # decode after what is cached, then remove it: the cache survives
+    if n_keep + 1 > engine.n_ctx:
+        engine.truncate_cache(0)
+        n_keep = 0
     engine.eval_hook = col
     try:
         tok = engine.tokenize("a", add_special=True)[:1] or [0]
-        engine.decode(tok, 0, logits_last=True)
+        engine.decode(tok, n_keep, logits_last=True)
         # Rope params and value shapes must be read while the graph is alive (its nodes are freed or
         # reused by the next decode); cache tensors themselves live as long as the context.
-        layout = GraphLayout()
+        layout = GraphLayout(set_rows_op=col.set_rows_op)
         found: dict[int, dict] = {}
         for kind, il, idx_name, value, dst in col.writes:
             d = found.setdefault(il, {})
@@ -177,7 +183,7 @@ def discover(engine) -> GraphLayout:
                                             vc.n_embd_gqa // n_head_kv)
     finally:
         engine.eval_hook = prev
-        engine.truncate_cache(0)
+        engine.truncate_cache(n_keep)
     if sorted(layout.layers) != list(range(engine.info.n_layer)):
         raise LayoutRefused(
             f"found KV caches for layers {sorted(layout.layers)}, expected 0..{engine.info.n_layer - 1}"

@@ -67,9 +67,10 @@ def capture_streams(
     stride: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    dtype=np.float16,
 ) -> dict[int, np.ndarray]:
     """For each layer il in `layers`, the stream entering il (il=0: the input embedding) of the
-    exact model, float16, shape (rows, n_embd), the same rows for every layer.
+    exact model, float16 (or `dtype`), shape (rows, n_embd), the same rows for every layer.
 
     Rows are kept where a running row counter over all sequences (in order) is a multiple of
     `stride`, so short sequences do not all contribute their first (BOS) row. Each sequence starts
@@ -117,7 +118,7 @@ def capture_streams(
                             f"capture: stream entering layer {il} not found or wrong shape ({got}) in the "
                             f"{engine.info.architecture} graph; this architecture is not supported for capture."
                         )
-                    out[il].append(rows[keep].astype(np.float16))
+                    out[il].append(rows[keep].astype(dtype, copy=False))
                 done += len(chunk)
                 if on_progress is not None:
                     on_progress(done, total)
@@ -125,4 +126,4 @@ def capture_streams(
         engine.eval_hook = prev_hook
         engine.truncate_cache(0)
     n_embd = engine.info.n_embd
-    return {il: (np.concatenate(v) if v else np.zeros((0, n_embd), np.float16)) for il, v in out.items()}
+    return {il: (np.concatenate(v) if v else np.zeros((0, n_embd), dtype)) for il, v in out.items()}

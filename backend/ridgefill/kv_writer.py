@@ -2,7 +2,9 @@
 
 attn_norm (RMS) → K and V projections (+bias) → per-head k_norm (qwen3, gemma3) → RoPE at each row's
 position with the parameters of the layer's own ROPE node → float16 → the layer's cache cells.
-Weights are dequantized from the GGUF with the `gguf` package (K-quants included).
+Weights are dequantized from the GGUF with the `gguf` package (K-quants included). llama.cpp's CPU
+matmul quantizes the activations to the weight's "vec_dot" type first (Q8_1 for Q4_1, Q8_0 for Q4_0/Q8_0,
+Q8_K for K-quants, F16 for F16); doing the same here cuts the error against its own K/V about 7×.
 """
 from __future__ import annotations
 
@@ -26,6 +28,61 @@ class LayerWeights:
     bk: torch.Tensor | None
     bv: torch.Tensor | None
     k_norm: torch.Tensor | None  # (head_dim,)
+    k_act: str = "f32"  # how llama.cpp quantizes the activations for the K / V matmuls
+    v_act: str = "f32"
+    k_min: torch.Tensor | None = None  # Q4_1/Q5_1: per-block mins (rows, blocks); wk/wv then hold w - min
+    v_min: torch.Tensor | None = None
+
+
+def _act_kind(qtype) -> str:
+    name = getattr(qtype, "name", str(qtype))
+    if name in ("Q4_1", "Q5_1"):
+        return "q8_1"
+    if name in ("Q4_0", "Q5_0", "Q8_0"):
+        return "q8_0"
+    if name.endswith("_K") or name.startswith("IQ"):
+        return "q8_k"
+    if name == "F16":
+        return "f16"
+    if name == "BF16":
+        return "bf16"
+    return "f32"
+
+
+def _q8_blocks(x: torch.Tensor):
+    n, d = x.shape
+    xb = x.reshape(n, d // 32, 32)
+    dd = xb.abs().amax(-1, keepdim=True) / 127.0
+    q = torch.round(xb * torch.where(dd == 0, torch.zeros_like(dd), 1.0 / dd))
+    return q, dd
+
+
+def q8_1_with_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_1 activations (dequantized, fp16 block scale) and each block's fp16 `s = d·Σq`, which
+    ggml's Q4_1/Q5_1 dot product multiplies with the weight block's min."""
+    q, dd = _q8_blocks(x)
+    s = (dd[..., 0] * q.sum(-1)).half().float()
+    return (q * dd.half().float()).reshape(x.shape), s
+
+
+def quantize_activations(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """x (n, d) rounded the way ggml quantizes a matmul's activations (returned dequantized)."""
+    n, d = x.shape
+    if kind in ("q8_0", "q8_1") and d % 32 == 0:
+        q, dd = _q8_blocks(x)
+        return (q * dd.half().float()).reshape(n, d)  # the block scale is stored as fp16
+    if kind == "q8_k" and d % 256 == 0:
+        xb = x.reshape(n, d // 256, 256)
+        mx = torch.gather(xb, -1, xb.abs().argmax(-1, keepdim=True))  # signed value of largest magnitude
+        safe = torch.where(mx == 0, torch.ones_like(mx), mx)
+        iscale = -127.0 / safe
+        q = torch.round(xb * iscale).clamp(max=127)
+        return torch.where(mx == 0, torch.zeros_like(xb), q / iscale).reshape(n, d)
+    if kind == "f16":
+        return x.half().float()
+    if kind == "bf16":
+        return x.bfloat16().float()
+    return x
 
 
 def _dequant(t) -> np.ndarray:
@@ -34,6 +91,26 @@ def _dequant(t) -> np.ndarray:
     a = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
     shape = tuple(int(x) for x in reversed(t.shape))  # gguf lists ne0 first
     return a.reshape(shape)
+
+
+def _block_mins(t) -> torch.Tensor | None:
+    """Q4_1/Q5_1 blocks start with fp16 d then fp16 m (the block's min): (rows, blocks) float32."""
+    name = getattr(t.tensor_type, "name", "")
+    if name not in ("Q4_1", "Q5_1"):
+        return None
+    rows = int(t.shape[1]) if len(t.shape) > 1 else 1
+    raw = np.asarray(t.data, dtype=np.uint8).reshape(rows, -1)
+    bsize = 20 if name == "Q4_1" else 24
+    blocks = raw.reshape(rows, -1, bsize)
+    m = np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0]
+    return torch.from_numpy(m.astype(np.float32))
+
+
+def _matmul(x: torch.Tensor, w: torch.Tensor, act: str, mins: torch.Tensor | None) -> torch.Tensor:
+    if mins is not None and act == "q8_1":
+        xq, s = q8_1_with_sums(x)
+        return xq @ w.T + s @ mins.T
+    return quantize_activations(x, act) @ w.T
 
 
 def load_layer_weights(model_path: str, layers: list[int]) -> tuple[dict[int, LayerWeights], float]:
@@ -46,6 +123,11 @@ def load_layer_weights(model_path: str, layers: list[int]) -> tuple[dict[int, La
               ("attn_norm.weight", "attn_k.weight", "attn_v.weight", "attn_k.bias", "attn_v.bias", "attn_k_norm.weight")}
     tensors = {t.name: t for t in reader.tensors if t.name in wanted}
     out = {}
+
+    def kind(il, name):
+        t = tensors.get(f"blk.{il}.{name}")
+        return _act_kind(t.tensor_type) if t is not None else "f32"
+
     for il in layers:
         def get(name, required=True):
             t = tensors.get(f"blk.{il}.{name}")
@@ -54,8 +136,16 @@ def load_layer_weights(model_path: str, layers: list[int]) -> tuple[dict[int, La
                     raise RidgeFillError(f"the model file lacks blk.{il}.{name}; RidgeFill cannot write layer {il}")
                 return None
             return torch.from_numpy(np.array(_dequant(t), dtype=np.float32))
-        out[il] = LayerWeights(get("attn_norm.weight").reshape(-1), get("attn_k.weight"), get("attn_v.weight"),
-                               get("attn_k.bias", False), get("attn_v.bias", False), get("attn_k_norm.weight", False))
+        lw = LayerWeights(get("attn_norm.weight").reshape(-1), get("attn_k.weight"), get("attn_v.weight"),
+                          get("attn_k.bias", False), get("attn_v.bias", False), get("attn_k_norm.weight", False),
+                          kind(il, "attn_k.weight"), kind(il, "attn_v.weight"))
+        lw.k_min = _block_mins(tensors[f"blk.{il}.attn_k.weight"])
+        lw.v_min = _block_mins(tensors[f"blk.{il}.attn_v.weight"])
+        if lw.k_min is not None:
+            lw.wk = lw.wk - lw.k_min.repeat_interleave(32, dim=1)
+        if lw.v_min is not None:
+            lw.wv = lw.wv - lw.v_min.repeat_interleave(32, dim=1)
+        out[il] = lw
     return out, eps
 
 
@@ -64,23 +154,31 @@ def _corr_dim(n_dims: int, n_ctx_orig: int, n_rot: float, base: float) -> float:
 
 
 def rope_cos_sin(p: RopeParams, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin (n, n_dims/2) as ggml's rope_yarn computes them (YaRN ramp and freq factors included)."""
+    """cos/sin (n, n_dims/2) as ggml's CPU rope computes them, in float32 and in the same order
+    (theta *= theta_scale per pair: at position 2,000 that recurrence drifts ~3e-3 rad from the exact
+    angle, which matters for matching its cache), YaRN ramp and freq factors included."""
     half = p.n_dims // 2
-    i0 = torch.arange(0, p.n_dims, 2, dtype=torch.float64)
-    inv = p.freq_base ** (-i0 / p.n_dims)
+    f32 = torch.float32
+    theta_scale = torch.tensor(p.freq_base, dtype=f32).pow(torch.tensor(-2.0 / p.n_dims, dtype=f32))
+    theta = pos.to(f32).clone()
+    cols = []
+    for _ in range(half):
+        cols.append(theta)
+        theta = theta * theta_scale
+    theta_extrap = torch.stack(cols, dim=1)
     if p.freq_factors is not None:
-        inv = inv / torch.tensor(p.freq_factors[:half], dtype=torch.float64)
-    theta_extrap = pos.to(torch.float64)[:, None] * inv[None, :]
-    theta = theta_extrap * p.freq_scale
+        theta_extrap = theta_extrap / torch.tensor(p.freq_factors[:half], dtype=f32)
+    theta_interp = theta_extrap * torch.tensor(p.freq_scale, dtype=f32)
     mscale = p.attn_factor
+    theta = theta_interp
     if p.ext_factor != 0.0:
         lo = max(0.0, math.floor(_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_fast, p.freq_base)))
         hi = min(p.n_dims - 1.0, math.ceil(_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_slow, p.freq_base)))
-        y = (i0 / 2 - lo) / max(0.001, hi - lo)
+        y = (torch.arange(half, dtype=f32) - lo) / max(0.001, hi - lo)
         ramp = (1 - y.clamp(0, 1)) * p.ext_factor
-        theta = theta * (1 - ramp) + theta_extrap * ramp
+        theta = theta_interp * (1 - ramp) + theta_extrap * ramp
         mscale *= 1.0 + 0.1 * math.log(1.0 / p.freq_scale)
-    return (torch.cos(theta) * mscale).float(), (torch.sin(theta) * mscale).float()
+    return torch.cos(theta) * mscale, torch.sin(theta) * mscale
 
 
 def apply_rope(x: torch.Tensor, p: RopeParams, pos: torch.Tensor) -> torch.Tensor:
@@ -115,8 +213,8 @@ class KVWriter:
         """K (after RoPE) and V rows (n, n_embd_gqa) float32 for the input stream h (n, n_embd)."""
         w, ll = self.weights[il], self.layout.layers[il]
         x = _rms(h.float(), w.attn_norm, self.eps)
-        k = x @ w.wk.T
-        v = x @ w.wv.T
+        k = _matmul(x, w.wk, w.k_act, w.k_min)
+        v = _matmul(x, w.wv, w.v_act, w.v_min)
         if w.bk is not None:
             k = k + w.bk
         if w.bv is not None:

@@ -1,0 +1,38 @@
+"""Default split S and exact tail T per model.
+
+Split: recall falls off a cliff below a model-specific layer (a per-row map cannot recreate what a late
+layer's attention brings in from other rows), so a default must come from measurement, never from "half
+the layers". Measured (prototype, passkey needles in the bulk, T=512):
+- SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10. Default 18.
+- Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
+Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
+
+Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
+full model exactly and costs about as much per row as the work RidgeFill saves, so a long tail eats the
+gain at the document lengths people paste (2K-8K tokens). T = 512 is the reference's minimum, and for
+gemma3 it equals the sliding window, so its sliding-window layers need (almost) no bulk K/V.
+"""
+from __future__ import annotations
+
+import math
+
+MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
+MIN_TAIL = 512
+DEFAULT_TAIL = 512
+
+# (architecture, n_layer, n_embd) -> measured split that keeps recall
+MEASURED_SPLITS = {
+    ("llama", 30, 576): 18,  # SmolLM2-135M(-Instruct)
+    ("gemma3", 18, 640): 12,  # Gemma 3 270M
+}
+
+
+def default_split(info) -> int:
+    key = (info.architecture, info.n_layer, info.n_embd)
+    if key in MEASURED_SPLITS:
+        return MEASURED_SPLITS[key]
+    return max(1, min(info.n_layer - 1, math.ceil(2 * info.n_layer / 3)))
+
+
+def default_tail(info) -> int:  # noqa: ARG001 - the same for every small model on a CPU for now
+    return DEFAULT_TAIL
