@@ -80,6 +80,7 @@ def test_download_reports_progress_and_installs_verified(hub, settings, tiny):
     assert len(downloading) >= 2 and downloading == sorted(downloading)  # several chunks, growing
     assert downloading[-1] == len(tiny) and events[-1].total == len(tiny)
     assert any(e.state is State.VERIFYING and e.done == len(tiny) for e in events)  # hashed every byte
+    assert "disk: needs" in job.fit and "memory: needs" in job.fit  # shown before the bytes flow
     rec = json.loads((path.parent / store.RECORD).read_text())
     assert rec["sha256"] == hashlib.sha256(tiny).hexdigest() and rec["verified_by"] == "sha256"
     assert rec["architecture"] == "llama" and rec["context_length"] == 512  # read from the verified header

@@ -10,7 +10,6 @@ import time
 
 from app.paths import cache_dir, data_dir
 from backend.hub.catalogue import find_entry, load_catalogue
-from backend.hub.fit import check_fit
 from backend.hub.jobs import DownloadEvent, DownloadJob, State
 from backend.hub.settings import DEFAULT_MAPS_OWNER, HubSettings
 
@@ -60,15 +59,18 @@ def catalogue():
 def progress_printer(label: str):
     """An on_event sink: a byte bar on a terminal, one line per state change otherwise."""
     tty = sys.stderr is not None and sys.stderr.isatty()
-    last = {"state": None, "t": 0.0}
+    last = {"state": None, "t": 0.0, "t_state": time.monotonic()}
 
     def sink(e: DownloadEvent) -> None:
         if e.state != last["state"]:
             if tty and last["state"] in (State.DOWNLOADING, State.VERIFYING):
                 print(file=sys.stderr)
             last["state"] = e.state
+            last["t_state"] = time.monotonic()
             extra = f": {e.reason}" if e.reason else (f" -> {e.path}" if e.path and e.state is State.READY else "")
             print(f"{label}: {e.state.value}{extra}", file=sys.stderr)
+            if e.state is State.DOWNLOADING and e.fit:
+                print(f"{label}: {e.fit}", file=sys.stderr)
             for w in e.warnings if e.state is State.READY else ():
                 print(f"{label}: warning: {w}", file=sys.stderr)
             return
@@ -80,7 +82,8 @@ def progress_printer(label: str):
         pct = 100 * e.done / total if total else 0.0
         width = 30
         bar = "#" * int(width * pct / 100) + "-" * (width - int(width * pct / 100))
-        rate = e.done / e.elapsed_s / 1e6 if e.elapsed_s else 0.0
+        spent = now - last["t_state"]
+        rate = e.done / spent / 1e6 if spent > 0 else 0.0
         verb = "hash" if e.state is State.VERIFYING else "get"
         print(f"\r  {verb} [{bar}] {pct:5.1f}%  {e.done / 1e6:,.1f}/{total / 1e6:,.1f} MB  {rate:,.1f} MB/s ",
               end="", file=sys.stderr)
@@ -93,9 +96,6 @@ def run(args) -> int:
 
     settings = hub_settings(args)
     entry = find_entry(args.name, catalogue())
-    if entry.size_bytes and entry.on_hub:
-        print(f"{entry.id}: {check_fit(entry.size_bytes, settings.models_dir, settings.disk_free).summary()}",
-              file=sys.stderr)
     job = DownloadJob(entry.id, on_event=progress_printer(entry.id))
     path = download_model(entry, settings, job)  # a failure raises a HubError: message + exit 2
     print(path)

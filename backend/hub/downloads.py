@@ -102,7 +102,9 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
     job.total = size
     job.file = entry.filename
     if size:
-        check_fit(size, settings.staging_dir, settings.disk_free).require_disk()
+        report = check_fit(size, settings.staging_dir, settings.disk_free)
+        job.fit = report.summary()
+        report.require_disk()
 
     staging = settings.staging_dir / entry.id
     _clean_stale_partials(staging)

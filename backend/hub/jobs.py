@@ -44,6 +44,7 @@ class DownloadEvent:
     path: str | None = None  # where the ready thing is
     warnings: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    fit: str = ""  # does it fit this machine (disk, memory), known once the size is
 
 
 @dataclass
@@ -57,6 +58,7 @@ class DownloadJob:
     reason: str | None = None
     path: str | None = None
     warnings: list[str] = field(default_factory=list)
+    fit: str = ""
     history: list[State] = field(default_factory=lambda: [State.QUEUED])
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _t0: float = field(default_factory=time.monotonic, repr=False)
@@ -97,5 +99,5 @@ class DownloadJob:
         if self.on_event is not None:
             self.on_event(
                 DownloadEvent(self.label, self.state, self.done, self.total, self.file, self.reason, self.path,
-                              tuple(self.warnings), time.monotonic() - self._t0)
+                              tuple(self.warnings), time.monotonic() - self._t0, self.fit)
             )

@@ -161,7 +161,9 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     files = [f for f in files if Path(f.path).name.lower() != "readme.md"]  # docs are never part of a set
 
     job.total = sum(f.size for f in files)
-    check_fit(job.total, settings.staging_dir, settings.disk_free).require_disk()
+    report = check_fit(job.total, settings.staging_dir, settings.disk_free)
+    job.fit = report.summary()
+    report.require_disk()
     staging = settings.staging_dir / f"maps-{entry.id}-{folder}"
     store.remove_quietly(staging)  # a clean restart: map files are small, nothing worth resuming
     try:  # any failure from here on leaves no staged file behind
