@@ -26,6 +26,9 @@ MAX_TOKENS = 8
 KL_LIMIT = 1e-3  # plumb vs off; the prototype measured KL ~ 3e-6 (float rounding only)
 
 
+_QAPP = None  # the QApplication must outlive check_qt (the engine-process check uses its event loop)
+
+
 @dataclass
 class Check:
     name: str
@@ -53,7 +56,8 @@ def check_qt() -> Check:
         from PySide6 import __version__ as pyside_version
         from PySide6.QtWidgets import QApplication, QWidget
 
-        qapp = QApplication.instance() or QApplication(["ridgefill-selftest"])
+        global _QAPP
+        qapp = _QAPP = QApplication.instance() or QApplication(["ridgefill-selftest"])
         w = QWidget()
         w.resize(64, 64)
         del w
@@ -68,6 +72,37 @@ def check_qt() -> Check:
                                  f"{len(names)} GUI modules import")
     except Exception as exc:  # report, do not crash: the model checks still run
         return Check("qt", False, f"{type(exc).__name__}: {exc}")
+
+
+def check_engine_process(model: str, threads: int | None, timeout_s: float = 300.0) -> Check:
+    """The GUI's engine child process starts and loads the model. In a bundle this proves that
+    multiprocessing's spawn re-enters the frozen program correctly (freeze_support)."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from app.engine_service import EngineService, EngineSettings
+
+    svc = EngineService(EngineSettings(model_path=model, n_ctx=2048, n_threads=threads), auto_restart=False)
+    loop = QEventLoop()
+    outcome: dict = {}
+
+    def done(key):
+        return lambda value: (outcome.setdefault(key, value), loop.quit())
+
+    svc.ready.connect(done("ready"))
+    svc.fatal.connect(done("failed"))
+    svc.crashed.connect(done("failed"))
+    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    t0 = time.perf_counter()
+    try:
+        svc.start()
+        loop.exec()
+    finally:
+        svc.shutdown()
+    if "ready" in outcome:
+        info = outcome["ready"]
+        return Check("engine process", True, f"child {info.pid} ready in {time.perf_counter() - t0:,.1f} s "
+                                             f"(model loaded in {info.load_s:.1f} s)")
+    return Check("engine process", False, outcome.get("failed", f"no ready signal within {timeout_s:.0f} s"))
 
 
 def _document(engine) -> str:
@@ -150,6 +185,8 @@ def run_selftest(args) -> int:
     checks: list[Check] = [check_qt()]
     try:
         model = str(getattr(args, "model", None) or embedded_model_path())
+        if checks[0].ok:
+            checks.append(check_engine_process(model, getattr(args, "threads", None)))
         cfg = EngineConfig(model_path=model, n_ctx=4096)
         if getattr(args, "threads", None):
             cfg.n_threads = args.threads

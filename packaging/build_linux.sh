@@ -29,9 +29,14 @@ else
     RIDGEFILL_ICON_DIR="$BUILD/icons" "$PY" -m PyInstaller --noconfirm --log-level WARN \
         --distpath "$DIST" --workpath "$BUILD/pyinstaller" packaging/ridgefill.spec
 fi
-t_pyi=$(( $(date +%s) - t0 ))
 APPDIR=$DIST/ridgefill
 [ -x "$APPDIR/ridgefill" ] || { echo "PyInstaller produced no $APPDIR/ridgefill" >&2; exit 1; }
+# torch's libraries carry full symbol tables (~70 MB of libtorch_cpu's 415 MB); strip them the way
+# Debian's dh_strip does (--strip-unneeded keeps the dynamic symbols the loader needs).
+if command -v strip >/dev/null; then
+    strip --strip-unneeded "$APPDIR"/_internal/torch/lib/*.so*
+fi
+t_pyi=$(( $(date +%s) - t0 ))
 
 echo "== .tar.gz"
 t0=$(date +%s)
