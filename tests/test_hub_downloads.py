@@ -224,3 +224,16 @@ def test_catalogue_has_real_entries_and_user_additions(tmp_path, hub, tiny):
         find_entry("no-such-model", cat2)
     with pytest.raises(Exception, match="GGUF"):
         add_local(tmp_path / "user_models.json", user)
+
+
+def test_leftovers_of_a_killed_download_are_not_taken_and_restart_is_clean(hub, settings, tiny):
+    """A process killed mid-download leaves a library temp file and maybe a half file in staging."""
+    staging = settings.staging_dir / "tiny-q8_0"
+    (staging / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (staging / ".cache" / "huggingface" / "download" / f"{FILE}.abc.deadbeef.incomplete").write_bytes(tiny[:1000])
+    (staging / FILE).write_bytes(tiny[: len(tiny) // 2])  # half a file under the final name
+    assert store.model_path(entry(tiny), settings) is None  # staging never counts as installed
+    job = DownloadJob("tiny")
+    path = download_model(entry(tiny), settings, job)
+    assert path.read_bytes() == tiny and job.state is State.READY
+    assert not staging.exists()
