@@ -187,6 +187,13 @@ def test_offline_lists_cached_and_refuses_the_rest(hub, settings, tiny):
     assert job.state is State.FAILED and len(hub.requests) == n  # offline never touched the server
 
 
+def test_file_in_a_repo_subfolder_installs_flat(hub, settings, tiny):
+    hub.add_file(REPO, f"Q8_0/{FILE}", tiny)
+    path = download_model(entry(tiny, id="sub", filename=f"Q8_0/{FILE}"), settings)
+    assert path == settings.models_dir / "sub" / FILE and path.read_bytes() == tiny
+    assert store.model_path(entry(tiny, id="sub", filename=f"Q8_0/{FILE}"), settings) == path
+
+
 def test_missing_repo_and_file_fail_with_reasons(hub, settings, tiny):
     with pytest.raises(HubError, match="not found on the hub"):
         download_model(entry(tiny, repo_id="nobody/nothing"), settings)

@@ -62,7 +62,7 @@ def download_model(entry: ModelEntry, settings: HubSettings, job: DownloadJob | 
     job = job or DownloadJob(entry.id)
     try:
         return _run(entry, settings, job)
-    except DownloadCancelled:
+    except (DownloadCancelled, KeyboardInterrupt):
         job.fail("cancelled by the user; nothing was kept")
         raise
     except HubError as exc:

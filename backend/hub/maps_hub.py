@@ -113,7 +113,7 @@ def download_maps(entry: ModelEntry, split: int | None, model_path: Path, settin
     job = job or DownloadJob(f"maps {entry.id}")
     try:
         return _run(entry, split, Path(model_path), settings, job)
-    except DownloadCancelled:
+    except (DownloadCancelled, KeyboardInterrupt):
         job.fail("cancelled by the user; nothing was kept")
         raise
     except HubError as exc:

@@ -58,9 +58,9 @@ def install_model(staged: Path, entry: ModelEntry, settings: HubSettings, facts:
     folder = settings.models_dir / entry.id
     folder.mkdir(parents=True, exist_ok=True)
     (folder / RECORD).unlink(missing_ok=True)  # an older install stops counting before it is replaced
-    final = folder / entry.filename
+    final = folder / Path(entry.filename).name  # a file in a repo subfolder lands flat
     os.replace(staged, final)
-    write_json_atomic(folder / RECORD, {**facts, "filename": entry.filename, "size_bytes": final.stat().st_size,
+    write_json_atomic(folder / RECORD, {**facts, "filename": final.name, "size_bytes": final.stat().st_size,
                                         "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return final
 
