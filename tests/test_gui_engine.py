@@ -1,5 +1,5 @@
-"""The engine process: a killed engine is reported and replaced while the chat stays; the RidgeFill
-controls reach the engine (the mode and split it reports in its timings)."""
+"""The engine process: a killed engine is reported and replaced while the chat stays; a bad model is
+reported once; the RidgeFill controls reach the engine (the mode and split it reports in its timings)."""
 from __future__ import annotations
 
 import os
@@ -66,7 +66,7 @@ def test_killed_engine_is_reported_and_replaced_while_the_chat_stays(qtbot, home
 
 @pytest.mark.slow
 def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home, model_path):
-    """plumb needs no fitted maps, so the controls' path to the engine is checked on its own."""
+    """Speed mode on the maps shipped in maps_cache/ (split 21), then the toggle off."""
     from backend.ridgefill import defaults
 
     service = start_service(model_path, n_ctx=2048, n_batch=256)
@@ -74,27 +74,31 @@ def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home
         wait_ready(qtbot, service)
         w = make_window(qtbot, service, max_tokens=4)
         w.controls.compare.setChecked(False)
-        text = "\n\n".join(corpus_texts())[:9000]  # ~2,000 tokens: more than MIN_BULK + the tail
+        text = "\n\n".join(corpus_texts())[:7200]  # ~1,700 tokens: more than MIN_BULK + the tail
         w.chat.conv.document = Document("doc.txt", text)
         w.controls.toggle.setChecked(True)
-        w.controls.mode_box.setCurrentIndex(w.controls.mode_box.findData("plumb"))
-        w.controls.slider.setValue(20)
+        w.controls.mode_box.setCurrentIndex(w.controls.mode_box.findData("speed"))
+        w.controls.slider.setValue(21)
         w.controls.tail_spin.setValue(defaults.MIN_TAIL)
-        assert w.controls.split_label.text().startswith("S = 20: layers 20–29 predicted")
+        assert w.controls.split_label.text().startswith("S = 21: layers 21–29 predicted")
+        qtbot.waitUntil(lambda: w._maps_task is None and "split 21" in w.controls.maps_label.text(), timeout=60_000)
+        assert w.controls.maps_status in ("verified", "warning"), w.controls.maps_reasons.text()
         w.chat.input.setPlainText("What is the harbour called?")
         w.chat.send()
         wait_idle(qtbot, w, 300)
         t = w.chat.conv.messages[-1].timings
         assert t is not None, w.chat.conv.messages[-1].note
-        assert t["mode"] == "plumb", t["note"]
-        assert t["split"] == 20 and t["tail"] == defaults.MIN_TAIL and t["bulk_n"] > 0
+        assert t["mode"] == "speed", t["note"]
+        assert t["split"] == 21 and t["tail"] == defaults.MIN_TAIL and t["bulk_n"] > 1000
+        assert "speed S=21" in w.chat.view.messages[-1].meta.text()
 
+        w.new_conversation()
         w.controls.toggle.setChecked(False)
-        w.chat.input.setPlainText("And who built it?")
+        w.chat.input.setPlainText("Say hi.")
         w.chat.send()
-        wait_idle(qtbot, w, 300)
+        wait_idle(qtbot, w, 120)
         t2 = w.chat.conv.messages[-1].timings
-        assert t2["mode"] == "off" and t2["bulk_n"] == 0
+        assert t2["mode"] == "off" and t2["split"] is None and t2["bulk_n"] == 0
     finally:
         service.shutdown()
 
