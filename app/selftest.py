@@ -23,7 +23,10 @@ import numpy as np
 SELFTEST_TAIL = 512
 DOC_TOKENS = 1_700
 MAX_TOKENS = 8
-KL_LIMIT = 1e-3  # plumb vs off; the prototype measured KL ~ 3e-6 (float rounding only)
+# plumb vs off. Not bit-exact: llama.cpp quantizes activations to 8 bits before each matmul, so a
+# one-ulp difference in a few cached K/V elements re-rolls rounding downstream (INJECT measured KL
+# ~2e-3; this check saw 2.4e-3). Skipping the late-layer writes gives KL > 0.5, so 1e-2 separates.
+KL_LIMIT = 1e-2
 
 
 _QAPP = None  # the QApplication must outlive check_qt (the engine-process check uses its event loop)
