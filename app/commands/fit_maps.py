@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--split", type=int, default=None, help="split S (default: the model's default split)")
     p.add_argument("--all-splits", action="store_true", help="fit every split 1..L-2")
     p.add_argument("--stride", type=int, default=None, help="keep every N-th row when capturing (default 8)")
+    p.add_argument("--seq-tokens", type=int, default=None,
+                   help="cut each calibration text to this many tokens when capturing (default 1024)")
     p.add_argument("--recapture", action="store_true", help="capture the calibration activations again")
     p.add_argument("--int8", action="store_true", help="store int8 maps (per-128-column scales), half the size")
     p.add_argument("--out", default=None, help="folder for the map set (default: the user cache's maps/)")
@@ -64,18 +66,20 @@ def run(args) -> int:
     if args.recapture or calibration.load_activations(path) is None:
         from backend.engine import Engine, EngineConfig
 
-        cfg = EngineConfig(path, n_ctx=calibration.CAPTURE_CTX)
+        seq_tokens = args.seq_tokens or calibration.MAX_SEQ_TOKENS
+        cfg = EngineConfig(path, n_ctx=max(calibration.CAPTURE_CTX, seq_tokens + 8))
         if args.threads:
             cfg.n_threads = args.threads
         engine = Engine(cfg)
         try:
             calibration.capture_activations(
-                engine, stride=args.stride or calibration.DEFAULT_STRIDE, on_progress=progress
+                engine, stride=args.stride or calibration.DEFAULT_STRIDE, on_progress=progress,
+                seq_tokens=seq_tokens,
             )
         finally:
             engine.close()
-    elif args.stride:
-        print("note: activations are cached; --stride applies with --recapture", file=sys.stderr)
+    elif args.stride or args.seq_tokens:
+        print("note: activations are cached; --stride/--seq-tokens apply with --recapture", file=sys.stderr)
 
     for split in splits:
         t0 = time.perf_counter()

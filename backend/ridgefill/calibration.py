@@ -118,10 +118,12 @@ def capture_activations(
     texts: list[str] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    seq_tokens: int = MAX_SEQ_TOKENS,
 ) -> Activations:
     """Run the calibration text through `engine` (exact) and store the activations in the user cache.
 
-    `max_tokens` caps the total (tests use a few hundred); `texts` replaces the shipped corpus.
+    `max_tokens` caps the total (tests use a few hundred); `texts` replaces the shipped corpus;
+    `seq_tokens` cuts each sequence (up to the engine's context).
     """
     from .capture import capture_streams
 
@@ -136,7 +138,7 @@ def capture_activations(
         source = ["(given texts)"]
     if not texts:
         raise ValueError("no calibration text")
-    seqs = calibration_sequences(engine, texts, min(engine.n_ctx - 8, MAX_SEQ_TOKENS))
+    seqs = calibration_sequences(engine, texts, min(engine.n_ctx - 8, seq_tokens))
     if max_tokens is not None:  # alternate prose and chat copies until the budget is spent
         kept, left = [], max_tokens
         for d, kind, toks in seqs:
