@@ -45,6 +45,7 @@ class Timings:
     tail: int | None = None
     bulk_n: int = 0  # rows that took the RidgeFill path
     note: str = ""  # why a requested mode did not run, if it did not
+    breakdown_ms: dict = field(default_factory=dict)  # RidgeFill prefill phases (lower, predict, write, tail)
 
     def as_dict(self) -> dict:
         return asdict(self)
