@@ -85,4 +85,5 @@ def test_headless_run_falls_back_to_the_demo():
     r = subprocess.run([sys.executable, "-m", "app", "run", "--tokens", "600"], cwd=ROOT,
                        env={**env_free, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "headless demo" in r.stdout and "Answer (correct)" in r.stdout
+    assert "headless demo" in r.stdout
+    assert "Exact model answers (correct)" in r.stdout and "Time to first token: RidgeFill" in r.stdout
