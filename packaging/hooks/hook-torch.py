@@ -9,7 +9,9 @@ in the spec (packaging/ridgefill.spec, TORCH_EXCLUDES).
 """
 from __future__ import annotations
 
-from PyInstaller.utils.hooks import PY_DYLIB_PATTERNS, collect_data_files, collect_dynamic_libs
+import os
+
+from PyInstaller.utils.hooks import PY_DYLIB_PATTERNS, collect_data_files, collect_dynamic_libs, get_package_paths
 
 # torch reads its own sources at import time (torch.utils._config_module calls inspect.getsource
 # on its config modules), so the .py files must ship next to the byte-code, as upstream does.
@@ -21,7 +23,7 @@ datas = collect_data_files(
     "torch",
     excludes=[
         "**/*.h", "**/*.hpp", "**/*.cuh", "**/*.cpp", "**/*.c", "**/*.cmake", "**/*.pyi", "**/*.lib",
-        "**/*.a", "include/**", "share/**", "test/**", "bin/**", "testing/_internal/**",
+        "**/*.a", "include/**", "share/**", "test/**", "bin/**",
         "_inductor/**", "_dynamo/**", "utils/benchmark/**", "**/*.ptl",
     ],
 )
@@ -32,6 +34,10 @@ binaries = [
     for src, dest in collect_dynamic_libs("torch", search_patterns=PY_DYLIB_PATTERNS + ["*.so.*"])
     if not any(t in src for t in _TEST_LIBS) and "/test/" not in src and "/bin/" not in src
 ]
+
+# `import torch` checks that torch/bin/torch_shm_manager exists (torch/__init__.py, _manager_path), so
+# that one helper ships; the rest of torch/bin is test programs and protoc.
+binaries.append((os.path.join(get_package_paths("torch")[1], "bin", "torch_shm_manager"), "torch/bin"))
 
 # See the contributed hook: symlinks from torch/lib to the top level confuse torch's library lookup.
 bindepend_symlink_suppression = ["**/torch/lib/*.so*"]
