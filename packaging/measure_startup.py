@@ -73,15 +73,18 @@ def one_run(cmd: list[str], display: str, timeout: float) -> float:
         if cmd[0].endswith("python") or "python" in Path(cmd[0]).name:
             env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        errlog = open(Path(home) / "stderr.txt", "w+")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=errlog,
                                 start_new_session=True)
         try:
             while time.perf_counter() - t0 < timeout:
                 if proc.poll() is not None:
-                    raise SystemExit(f"the program exited with {proc.returncode} before showing a window")
+                    errlog.seek(0)
+                    raise SystemExit(f"the program exited with {proc.returncode} before showing a window:\n"
+                                     + errlog.read()[-3000:])
                 if window_visible(display):
                     return time.perf_counter() - t0
-                time.sleep(0.02)
+                time.sleep(0.05)
             raise SystemExit(f"no window within {timeout:.0f} s")
         finally:
             _stop(proc)
