@@ -28,16 +28,21 @@ datas = collect_data_files(
     ],
 )
 
+_TORCH_DIR = get_package_paths("torch")[1]
 _TEST_LIBS = ("libjitbackend_test", "libtorchbind_test", "libbackend_with_compiler", "libaoti_custom_ops")
 binaries = [
     (src, dest)
     for src, dest in collect_dynamic_libs("torch", search_patterns=PY_DYLIB_PATTERNS + ["*.so.*"])
-    if not any(t in src for t in _TEST_LIBS) and "/test/" not in src and "/bin/" not in src
+    if not any(t in src for t in _TEST_LIBS)
+    and os.path.relpath(src, _TORCH_DIR).split(os.sep)[0] not in ("test", "bin")
 ]
 
 # `import torch` checks that torch/bin/torch_shm_manager exists (torch/__init__.py, _manager_path), so
 # that one helper ships; the rest of torch/bin is test programs and protoc.
-binaries.append((os.path.join(get_package_paths("torch")[1], "bin", "torch_shm_manager"), "torch/bin"))
+# (Not on Windows, where torch has no such helper.)
+_shm_manager = os.path.join(_TORCH_DIR, "bin", "torch_shm_manager")
+if os.path.isfile(_shm_manager):
+    binaries.append((_shm_manager, "torch/bin"))
 
 # See the contributed hook: symlinks from torch/lib to the top level confuse torch's library lookup.
 bindepend_symlink_suppression = ["**/torch/lib/*.so*"]
