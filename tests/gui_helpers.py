@@ -6,8 +6,9 @@ import time
 from app.engine_service import EngineService, EngineSettings
 
 # One thread: the test machine is small and shared, and a spinning second thread only slows it down.
-def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128) -> EngineService:
-    service = EngineService(EngineSettings(model_path=model_path, n_ctx=n_ctx, n_threads=1, n_batch=n_batch))
+def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128, warm_up: bool = False) -> EngineService:
+    service = EngineService(EngineSettings(model_path=model_path, n_ctx=n_ctx, n_threads=1, n_batch=n_batch,
+                                           warm_up=warm_up))
     service.start()
     return service
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 ROLE_STYLE = {
     "user": "QFrame#msg { background: palette(alternate-base); border-radius: 8px; }",
@@ -31,6 +31,8 @@ class MessageWidget(QFrame):
         self.exact.setTextFormat(Qt.PlainText)
         self.exact.setStyleSheet("color: #2874a6; font-size: 11px")
         self.exact.setVisible(False)
+        for label in (self.body, self.meta, self.exact):
+            label.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Minimum)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         lay.addWidget(self.who)
@@ -50,10 +52,19 @@ class MessageWidget(QFrame):
     def set_meta(self, text: str) -> None:
         self.meta.setText(text)
         self.meta.setVisible(bool(text))
+        self._relayout()
 
     def set_exact(self, text: str) -> None:
         self.exact.setText(text)
         self.exact.setVisible(bool(text))
+        self._relayout()
+
+    def _relayout(self) -> None:
+        # a word-wrapped label that gains a line must make its frame taller (Qt does not redo it alone)
+        for label in (self.body, self.meta, self.exact):
+            label.updateGeometry()
+        self.layout().invalidate()
+        self.adjustSize()
 
 
 class ChatView(QScrollArea):

@@ -15,7 +15,7 @@ class TtftChart(QWidget):
         self.plot.setLabel("left", "TTFT", units="s")
         self.plot.setLabel("bottom", "message")
         self.plot.showGrid(x=True, y=True, alpha=0.3)
-        self.plot.addLegend(offset=(5, 5))
+        self.plot.addLegend(offset=(-5, 5))
         self.plot.setMinimumHeight(160)
         self.plot.getAxis("bottom").setTickSpacing(1, 1)  # whole message numbers
         self.points: dict[str, list[tuple[float, float]]] = {"ridgefill": [], "exact": []}
@@ -35,6 +35,11 @@ class TtftChart(QWidget):
         self.points[key].append((float(message_index), ttft_ms / 1000.0))
         xs, ys = zip(*sorted(self.points[key]))
         self.curves[key].setData(list(xs), list(ys))
+        # from zero (an honest ratio), with headroom for the legend; whole messages on x
+        top = max(y for pts in self.points.values() for _, y in pts)
+        n = max(x for pts in self.points.values() for x, _ in pts)
+        self.plot.setYRange(0, top * 1.3, padding=0)
+        self.plot.setXRange(0.5, n + 0.5, padding=0)
 
     def n_points(self) -> int:
         return sum(len(v) for v in self.points.values())
