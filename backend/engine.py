@@ -131,6 +131,7 @@ class Engine:
         # exactly: an approximate (RidgeFill) prefix must never be reused by an exact request.
         self.kv_tokens: list[int] = []
         self.kv_exact = True
+        self.kv_tag: str | None = None  # which RidgeFill split/maps wrote the approximated rows
 
         template = self.info.chat_template
         self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
@@ -238,6 +239,7 @@ class Engine:
             llama_cpp.llama_memory_clear(self._mem, True)
             self.kv_tokens = []
             self.kv_exact = True
+            self.kv_tag = None
             return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
             llama_cpp.llama_memory_clear(self._mem, True)
@@ -372,7 +374,10 @@ class Engine:
         tokens = self.prompt_tokens(request)
         self.check_fits(len(tokens), request.max_tokens)
         timings = Timings(mode="off")
-        cache_n, prompt_ms = self.prefill(tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+        if request.mode == "off":
+            cache_n, prompt_ms = self.prefill(tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+        else:
+            cache_n, prompt_ms = self._ridgefill_prefill(request, tokens, timings, on_event, cancel)
         timings.cache_n = cache_n
         timings.prompt_n = len(tokens) - cache_n
         timings.prompt_ms = prompt_ms
@@ -388,6 +393,21 @@ class Engine:
         timings.predicted_ms = (t_end - t_gen) * 1000
         timings.predicted_per_second = len(out) / (t_end - t_gen) if t_end > t_gen and out else 0.0
         return CompletionResult(text=text, finish_reason=finish, timings=timings, prompt_tokens=len(tokens), tokens=out)
+
+    def _ridgefill_prefill(self, request, tokens, timings, on_event, cancel) -> tuple[int, float]:
+        """speed / plumb / quality: RidgeFill prefill; a refusal runs exact and says why in the note."""
+        from .ridgefill.defaults import default_split, default_tail
+        from .ridgefill.injection import ridgefill_prefill
+
+        split = request.split if request.split is not None else default_split(self.info)
+        tail = request.tail if request.tail is not None else default_tail(self.info)
+        rep = ridgefill_prefill(self, tokens, request.mode, split, tail, cancel=cancel, on_event=on_event,
+                                reuse_prefix=request.reuse_prefix)
+        timings.mode = rep.mode
+        if rep.mode != "off":
+            timings.split, timings.tail, timings.bulk_n = split, tail, rep.bulk_n
+        timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
+        return rep.cache_n, rep.prompt_ms
 
     # ---- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:

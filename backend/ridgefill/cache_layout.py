@@ -60,8 +60,8 @@ class LayerLayout:
     il: int
     k_cache: CacheTensor
     v_cache: CacheTensor
-    k_index: str  # name of the cell-index input this layer's K write uses (one per cache)
-    v_index: str
+    k_index: str  # which cell-index input this layer's K write uses: "idx0", "idx1", ... (one per cache;
+    v_index: str  # gemma3's two caches give two, and their tensors may share a name, so grouped by pointer)
     rope: RopeParams
     n_head_kv: int
     head_dim_k: int
@@ -75,6 +75,14 @@ class GraphLayout:
 
     def index_names(self) -> set[str]:
         return {x for ll in self.layers.values() for x in (ll.k_index, ll.v_index)}
+
+    def cache_index(self) -> dict[str, str]:
+        """cache tensor name -> its cell-index group, for reading indices during a bulk ubatch."""
+        out = {}
+        for ll in self.layers.values():
+            out[ll.k_cache.name] = ll.k_index
+            out[ll.v_cache.name] = ll.v_index
+        return out
 
 
 def _f32(i: int) -> float:
@@ -123,7 +131,7 @@ class _Collector:
                 m = _CACHE_RE.match(dst.name)
                 if m:
                     self.set_rows_op = n.t.op
-                    self.writes.append((m.group(1), int(m.group(2)), n.src(1).name, n.src(0), dst))
+                    self.writes.append((m.group(1), int(m.group(2)), n.src(1).ptr, n.src(0), dst))
         except Exception as exc:  # never raise into C
             self.error = str(exc)
         return False
@@ -153,7 +161,9 @@ def discover(engine) -> GraphLayout:
         # reused by the next decode); cache tensors themselves live as long as the context.
         layout = GraphLayout(set_rows_op=col.set_rows_op)
         found: dict[int, dict] = {}
-        for kind, il, idx_name, value, dst in col.writes:
+        groups: dict[int, str] = {}
+        for kind, il, idx_ptr, value, dst in col.writes:
+            idx_name = groups.setdefault(idx_ptr, f"idx{len(groups)}")
             d = found.setdefault(il, {})
             if dst.type != GGML_TYPE_F16 or not dst.is_host() or dst.nb[1] != dst.ne[0] * 2 or dst.ne[2] != 1:
                 raise LayoutRefused(

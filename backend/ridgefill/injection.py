@@ -51,6 +51,7 @@ class _EngineState:
         self.writer: KVWriter | None = None
         self.writer_layers: tuple[int, ...] = ()
         self.n_swa: int = 0
+        self.swa_layers: set[int] = set()
 
 
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -66,6 +67,22 @@ def _sliding_window(model_path: str) -> int:
     return int(f.contents()) if f is not None else 0
 
 
+def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
+    """Sliding-window layers, whose bulk rows outside the tail's window are never read again.
+
+    gemma3: llama.cpp makes every 6th layer global (set_swa_pattern(6)). Taken only when the graph
+    agrees: the global and the sliding layers write through two different cell-index inputs."""
+    if info.architecture != "gemma3" or n_swa <= 0:
+        return set()
+    swa = {il for il in layout.layers if il % 6 != 5}
+    glob = set(layout.layers) - swa
+    swa_groups = {layout.layers[il].k_index for il in swa}
+    glob_groups = {layout.layers[il].k_index for il in glob}
+    if len(swa_groups) == 1 and len(glob_groups) == 1 and swa_groups != glob_groups:
+        return swa
+    return set()
+
+
 def engine_state(engine) -> _EngineState:
     st = _STATES.get(engine)
     if st is None:
@@ -73,6 +90,7 @@ def engine_state(engine) -> _EngineState:
         try:
             st.layout = discover(engine)
             st.n_swa = _sliding_window(engine.info.path)
+            st.swa_layers = _swa_layers(engine.info, st.layout, st.n_swa)
         except LayoutRefused as exc:
             st.refused = str(exc)
         except Exception as exc:  # anything unexpected about the graph: refuse, run exact
@@ -94,9 +112,9 @@ class _BulkTap:
     set before compute), reads `l_out-(S-1)`, then stops the graph (yes to every later ask, no to every
     later 'go on', so further splits stop too)."""
 
-    def __init__(self, split: int, index_names: set[str], set_rows_op: int):
+    def __init__(self, split: int, cache_index: dict[str, str], set_rows_op: int):
         self.cut_name = f"l_out-{split - 1}".encode()
-        self.index_names = index_names
+        self.cache_index = cache_index
         self.set_rows_op = set_rows_op
         self.reset()
 
@@ -112,10 +130,10 @@ class _BulkTap:
         t = ggml_graph.view(tensor)
         if t.op == self.set_rows_op:
             try:
-                src1 = ggml_graph.Node(t.src[1])
-                name = src1.name
-                if name in self.index_names and name not in self.idx:
-                    self.idx[name] = read_index(src1)
+                node = ggml_graph.Node(tensor)
+                group = self.cache_index.get(node.src(2).root().name)
+                if group is not None and group not in self.idx:
+                    self.idx[group] = read_index(node.src(1))
             except Exception as exc:  # never raise into C
                 self.error = f"cell indices: {exc}"
             return False
@@ -164,6 +182,15 @@ def _exact(engine, tokens, report: PrefillReport, note: str, reuse_prefix: bool,
     return report
 
 
+def bulk_rows(engine, n_tokens: int, tail: int) -> int:
+    """Rows that take the RidgeFill path: those with at least `tail` rows after them, rounded down to
+    whole prefill chunks, so bulk and tail fall into the same ubatches as an exact prefill (llama.cpp's
+    kernels round differently for a tiny ubatch: a 3-row ubatch moved the stream at layer 1 by 1%),
+    which makes plumb equal off row for row. The tail is then T to T + chunk - 1 rows."""
+    chunk = min(engine.config.n_batch, engine.config.n_ubatch)
+    return max(0, (n_tokens - tail) // chunk * chunk)
+
+
 def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | None:
     """Why RidgeFill cannot run on this request (None when it can), before any maps are looked up."""
     if mode not in MODES:
@@ -173,9 +200,9 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
         return f"split {split} is outside 1..{L - 1} for this {L}-layer model: ran exact."
     if tail < MIN_TAIL:
         return f"tail {tail} is below the minimum {MIN_TAIL}: ran exact."
-    bulk = n_tokens - tail
+    bulk = bulk_rows(engine, n_tokens, tail)
     if bulk < MIN_BULK:
-        return (f"the prompt has {max(bulk, 0):,} rows before the {tail}-token exact tail, fewer than "
+        return (f"the prompt has {bulk:,} rows (in whole chunks) before the {tail}-token exact tail, fewer than "
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
     st = engine_state(engine)
     if st.refused:
@@ -219,6 +246,9 @@ def _prefill(
     write_late: bool = True,
 ) -> PrefillReport:
     report = PrefillReport(mode=mode, split=split, tail=tail)
+    if mode == "quality":  # selected exact rows are not built yet: the request runs as speed
+        report.mode = mode = "speed"
+        report.note = "quality mode (selected exact rows) is not available yet: ran speed."
     why = refusal(engine, len(tokens), mode, split, tail)
     if why:
         return _exact(engine, tokens, report, why, reuse_prefix, on_event, cancel)
@@ -227,7 +257,7 @@ def _prefill(
     late = list(range(split, L))
     t0 = time.perf_counter()
     bd = {"capture": 0.0, "lower": 0.0, "predict": 0.0, "write": 0.0, "tail": 0.0}
-    bulk_end = len(tokens) - tail
+    bulk_end = bulk_rows(engine, len(tokens), tail)
 
     if mode == "plumb":
         tag = None
@@ -264,9 +294,7 @@ def _prefill(
     writer = _writer(engine, st, late)
     layout = st.layout
     swa_from = bulk_end - st.n_swa if st.n_swa else None
-    index_names = layout.index_names()
-    set_rows_op = getattr(layout, "set_rows_op", None)
-    tap = _BulkTap(split, index_names, set_rows_op)
+    tap = _BulkTap(split, layout.cache_index(), layout.set_rows_op)
     chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
     engine.kv_exact = False  # from the first bulk decode on, the cache holds approximated rows
     engine.kv_tag = tag
@@ -306,7 +334,7 @@ def _prefill(
                     if k_idx is None or v_idx is None or len(k_idx) != n or len(v_idx) != n:
                         raise LayoutRefused(f"cell indices of layer {il}'s cache were not seen below the split")
                     rows = slice(None)
-                    if swa_from is not None and ll.k_index.endswith("_swa"):
+                    if swa_from is not None and il in st.swa_layers:
                         # A sliding-window layer: only rows inside the tail's window are ever read again.
                         first = max(0, swa_from - pos)
                         if first >= n:
