@@ -406,6 +406,7 @@ class Engine:
         timings.mode = rep.mode
         if rep.mode != "off":
             timings.split, timings.tail, timings.bulk_n = split, tail, rep.bulk_n
+            timings.breakdown_ms = dict(rep.breakdown_ms)
         timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
         return rep.cache_n, rep.prompt_ms
 
