@@ -66,12 +66,12 @@ def test_plumb_equals_off_on_gemma3_270m(gemma3_path):
         st = engine_state(engine)
         assert st.refused is None, st.refused
         assert st.swa_layers and 5 not in st.swa_layers and 11 not in st.swa_layers
-        doc = engine.tokenize("\n\n".join(corpus_texts()))[:1990]
+        doc = engine.tokenize("\n\n".join(corpus_texts()))[:2040]
         toks = doc + engine.tokenize("\n\nAs written above: ", add_special=False) + doc[200:214]
         engine.prefill(toks, reuse_prefix=False)
         ref = engine.last_logits()
         rep = ridgefill_prefill(engine, toks, "plumb", 12, 512)
-        assert rep.mode == "plumb" and rep.bulk_n == 1536, rep.note
+        assert rep.mode == "plumb" and rep.bulk_n == (len(toks) - 512) // 512 * 512 >= 1536, rep.note
         got = engine.last_logits()
         assert got.argmax() == ref.argmax() and _kl(ref, got) < 1e-2
         ridgefill_prefill(engine, toks, "plumb", 12, 512, write_late=False)

@@ -91,7 +91,10 @@ def engine_state(engine) -> _EngineState:
             st.layout = discover(engine)
             st.n_swa = _sliding_window(engine.info.path)
             st.swa_layers = _swa_layers(engine.info, st.layout, st.n_swa)
-        except LayoutRefused as exc:
+            # K/V weights of every layer that can be late, for any split (tens of MB for small models),
+            # so a warm-up pays for the dequantization instead of the first request.
+            _writer(engine, st, list(range(1, engine.info.n_layer)))
+        except RidgeFillError as exc:  # LayoutRefused, or K/V weights the write path cannot read
             st.refused = str(exc)
         except Exception as exc:  # anything unexpected about the graph: refuse, run exact
             log.exception("RidgeFill layout discovery failed")
