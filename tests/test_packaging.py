@@ -116,7 +116,8 @@ def test_bundle_is_trimmed_and_passes_selftest(built):
     assert (internal / "llama_cpp" / "lib" / "libllama.so").is_file()
     assert (internal / "llama_cpp" / "lib" / "libggml-base.so").is_file()
     assert not list((internal / "llama_cpp" / "lib").glob("libmtmd*"))
-    for gone in ("torch/include", "torch/test", "torch/bin", "torch/_inductor", "torch/_dynamo", "sympy",
+    assert [p.name for p in (internal / "torch" / "bin").iterdir()] == ["torch_shm_manager"]  # import torch checks it
+    for gone in ("torch/include", "torch/test", "torch/_inductor", "torch/_dynamo", "sympy",
                  "torchvision", "PySide6/Qt/lib/libQt6Qml.so.6", "PySide6/Qt/lib/libQt6Quick.so.6",
                  "PySide6/QtNetwork.abi3.so"):
         assert not (internal / gone).exists(), f"{gone} should not be bundled"
