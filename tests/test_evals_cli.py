@@ -100,4 +100,9 @@ def test_sweep_rows_have_the_ratio_accuracy_and_nll(small_engine, tmp_path):
     assert row["ttft_ratio"] > 0 and row["bulk_items"] == 1 and row["bulk_correct"] in (0, 1)
     assert (row["maps"] == "found" or row["maps"].startswith("missing")) and row["dnll"] is None
     text = sweep_text(r)
-    assert "speed-up" in text and "1/1" in text or "0/1" in text
+    assert "speed-up" in text and ("1/1" in text or "0/1" in text)
+    # without a TTFT prompt the ratio comes from the needle items' own runs (all resumed here: no rerun)
+    lines = len((tmp_path / "s.jsonl").read_text().splitlines())
+    r2 = run_sweep(small_engine, splits=[18], tail=64, ttft_item=None, items=[item], docs=[], out_path=tmp_path / "s.jsonl")
+    assert len((tmp_path / "s.jsonl").read_text().splitlines()) == lines
+    assert r2["rows"][0]["ttft_ratio"] > 0 and not r2["ttft_paired"] and "not back to back" in sweep_text(r2)

@@ -17,7 +17,8 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="per split: TTFT ratio vs exact, bulk-needle accuracy, ΔNLL")
     p.add_argument("--splits", type=int_list, default=[12, 15, 18, 21, 24], help="splits S, e.g. 12,15,18,21,24")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's default)")
-    p.add_argument("--ttft-length", type=int, default=4096, help="prompt length for the TTFT ratio")
+    p.add_argument("--ttft-length", type=int, default=4096,
+                   help="prompt length for the TTFT ratio (0: use the needle items' own runs, not back to back)")
     p.add_argument("--repeats", type=int, default=1, help="TTFT runs per mode; the fastest counts")
     p.add_argument("--lengths", type=int_list, default=[2048], help="needle item lengths")
     p.add_argument("--depths", type=float_list, default=[0.1, 0.3, 0.5], help="needle depths (bulk ones count)")
@@ -43,9 +44,10 @@ def run(args) -> int:
     items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants, haystack=hay,
                        reps=args.reps)
     in_bulk = sum(it.region(tail) == "bulk" for it in items)
-    ttft_item = build_item(engine, length=args.ttft_length, depth=0.5, variant="single", haystack=hay)
+    ttft_item = (build_item(engine, length=args.ttft_length, depth=0.5, variant="single", haystack=hay)
+                 if args.ttft_length else None)
     docs = nll_documents(engine, args.nll_length, args.nll_docs) if args.nll_length and args.nll_docs else []
-    say(f"sweep of splits {args.splits} on {engine.info.name}, tail {tail}: TTFT at {args.ttft_length} tokens, "
+    say(f"sweep of splits {args.splits} on {engine.info.name}, tail {tail}: TTFT at {args.ttft_length or 'item'} tokens, "
         f"{in_bulk} of {len(items)} needle items in the bulk, {len(docs)} NLL documents; results -> {out}")
     last = {}
 
@@ -72,8 +74,9 @@ def sweep_text(r: dict) -> str:
                      f"{x['ttft_ratio']:.2f}x" if x["ttft_ratio"] else "-",
                      f"{x['bulk_correct']}/{x['bulk_items']}", pct(x["bulk_acc"]), pct(x["off_bulk_acc"]),
                      p_value(x["p_mcnemar"]), dn])
-    head = (f"{r['model']}: {r['mode']} vs off, tail {r['tail']}, TTFT at {r['length']} tokens "
-            f"(exact and {r['mode']} back to back per split)")
+    head = (f"{r['model']}: {r['mode']} vs off, tail {r['tail']}, " + (
+        f"TTFT at {r['length']} tokens (exact and {r['mode']} back to back per split)" if r["ttft_paired"]
+        else "TTFT: mean over the needle items' runs (exact and RidgeFill not back to back)"))
     notes = sorted({f"S={x['split']}: {x['note']}" for x in r["rows"] if x.get("note")})
     return "\n".join([head, table(["S", "ran", "TTFT off s", f"TTFT {r['mode']} s", "speed-up", "bulk needles",
                                    f"{r['mode']} acc", "off acc", "McNemar p", "ΔNLL [95% CI]"], rows)] + notes)
