@@ -63,7 +63,7 @@ def test_short_prompt_and_bad_split_run_exact_with_a_reason(engine):
     toks = engine.tokenize("\n\n".join(corpus_texts()))[:600]
     rep = ridgefill_prefill(engine, toks, "plumb", 15, TAIL)
     assert rep.mode == "off" and rep.bulk_n == 0 and "fewer than 1,024" in rep.note
-    rep = ridgefill_prefill(engine, induction_prompt(engine, 1600), "plumb", 30, TAIL)
+    rep = ridgefill_prefill(engine, toks, "plumb", 30, TAIL)  # the split is checked first
     assert rep.mode == "off" and "split 30" in rep.note
     rep = ridgefill_prefill(engine, induction_prompt(engine, 1600), "speed", 7, TAIL)  # no maps at split 7
     assert rep.mode == "off" and "maps unavailable" in rep.note
