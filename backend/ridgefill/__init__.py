@@ -8,5 +8,4 @@ Where things are (no imports here, so importing the package costs nothing):
 - injection     ridgefill_prefill: modes speed / plumb (oracle) / quality, the graph cut
 - defaults      default split and tail per model, MIN_BULK
 - maps, fitting, calibration, fingerprint, map_format, map_store   ridge maps (fit, store, verify)
-- bench         exact vs RidgeFill prefill, side by side
 """
