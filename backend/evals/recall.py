@@ -72,6 +72,16 @@ def _append(path: Path, rec: dict) -> None:
         f.flush()
 
 
+def effective_tail(engine, length: int, tail: int | None) -> int | None:
+    """The rows that really run exact: RidgeFill rounds the bulk down to whole prefill chunks, so the
+    tail is T to T + chunk - 1 rows. Regions are labelled with it, so a "bulk" needle was approximated."""
+    if not tail:
+        return tail
+    from ..ridgefill.injection import bulk_rows
+
+    return length - bulk_rows(engine, length, tail)
+
+
 def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None,
              cancel: Callable[[], bool] | None = None) -> dict:
     """Run one item in one mode and return its result line."""
@@ -85,7 +95,7 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
     correct, answer = score(result.text, item.answers, "uuid" if item.variant == "uuid" else "number")
     t = result.timings
     rec = {
-        "kind": "recall", **item.meta(tail),
+        "kind": "recall", **item.meta(effective_tail(engine, item.length, tail)),
         "mode": mode, "split": split if mode != "off" else None, "tail": tail,
         "correct": correct, "answer": answer, "reply": result.text,
         "mode_run": t.mode, "bulk_n": t.bulk_n, "note": t.note,
@@ -121,7 +131,7 @@ def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | N
                     on_progress(RecallProgress(n, total, rec))
             else:
                 # an exact line may come from a run with another tail: label it for this one
-                rec = {**rec, "region": item.region(tail), "tail": tail}
+                rec = {**rec, "region": item.region(effective_tail(engine, item.length, tail)), "tail": tail}
                 n += 1
                 if on_progress is not None:
                     on_progress(RecallProgress(n, total, None))
