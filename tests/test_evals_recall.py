@@ -53,7 +53,8 @@ def test_lines_are_written_and_a_rerun_resumes(counted, tmp_path):
 
     # A resumed exact line is relabelled for the tail in use (it does not depend on T otherwise).
     relabelled = run_recall(engine, items, ["off"], None, 1, out)
-    assert len(calls) == 3 and [r["region"] for r in relabelled] == ["bulk"] * 3
+    assert len(calls) == 3
+    assert [r["region"] for r in relabelled] == [it.region(effective_tail(engine, 220, 1)) for it in items]
 
 
 def test_cancel_stops_between_items_and_keeps_what_finished(counted, tmp_path):
