@@ -13,7 +13,7 @@ def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128, warm_u
     return service
 
 
-def wait_ready(qtbot, service: EngineService, timeout_s: float = 90) -> None:
+def wait_ready(qtbot, service: EngineService, timeout_s: float = 240) -> None:
     qtbot.waitUntil(lambda: service.info is not None, timeout=int(timeout_s * 1000))
 
 
