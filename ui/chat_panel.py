@@ -113,7 +113,8 @@ class ChatPanel(QWidget):
         service.result.connect(self._on_result)
         service.cancelled.connect(self._on_cancelled)
         service.failed.connect(self._on_failed)
-        service.ready.connect(lambda _info: self.request_count())
+        # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
+        service.ready.connect(self._on_engine_ready)
 
     # ---- conversation ----------------------------------------------------------------------------
     def load_conversation(self, conv: Conversation) -> bool:
@@ -227,6 +228,10 @@ class ChatPanel(QWidget):
         for k, v in over.items():
             setattr(req, k, v)
         return req
+
+    @Slot(object)
+    def _on_engine_ready(self, _info) -> None:
+        self.request_count()
 
     @Slot()
     def request_count(self) -> None:

@@ -82,7 +82,8 @@ class ModelsPanel(QWidget):
         self.cancel_btn.clicked.connect(self.cancel)
         self.open_btn.clicked.connect(self.choose_local)
         self.table.itemSelectionChanged.connect(self._on_select)
-        service.ready.connect(lambda _info: self.refresh())
+        # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
+        service.ready.connect(self._on_engine_ready)
         self.refresh()
 
     def hub_settings(self) -> HubSettings:
@@ -91,6 +92,10 @@ class ModelsPanel(QWidget):
                            endpoint=s.hub_endpoint or None, token=s.hub_token or None)
 
     # ---- catalogue -------------------------------------------------------------------------------
+    @Slot(object)
+    def _on_engine_ready(self, _info) -> None:
+        self.refresh()
+
     def refresh(self) -> None:
         hs = self.hub_settings()
         try:
