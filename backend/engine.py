@@ -274,18 +274,23 @@ class Engine:
         cache_n = self.reusable_prefix(tokens, exact_only=True) if reuse_prefix else 0
         self.truncate_cache(cache_n)
         t0 = time.perf_counter()
-        pos = cache_n
-        n_batch = self.config.n_batch
+        self.decode_exact(tokens, cache_n, chunk_n=self.config.n_batch, t0=t0, on_event=on_event, cancel=cancel)
+        return cache_n, (time.perf_counter() - t0) * 1000
+
+    def decode_exact(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
+                     on_event: EventSink | None = None, cancel: CancelCheck | None = None,
+                     stage: str = "prefill") -> None:
+        """Decode tokens[pos:] exactly, chunk by chunk, onto the cache; the last token's logits are
+        left ready. Progress after each chunk (elapsed since t0); Cancelled between chunks."""
         while pos < len(tokens):
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
-            chunk = tokens[pos : pos + n_batch]
+            chunk = tokens[pos : pos + chunk_n]
             self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
             self.kv_tokens.extend(chunk)
             pos += len(chunk)
             if on_event is not None:
-                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000))
-        return cache_n, (time.perf_counter() - t0) * 1000
+                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage=stage))
 
     def token_logprobs(self, tokens: list[int], last_n: int, *, prefill=None, cancel: CancelCheck | None = None) -> np.ndarray:
         """log p(token | everything before it) for each of the last `last_n` tokens (the exact model

@@ -350,17 +350,7 @@ def _prefill(
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
         tt = time.perf_counter()
-        while pos < len(tokens):
-            if cancel is not None and cancel():
-                from ..errors import Cancelled
-
-                raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
-            chunk = tokens[pos : pos + chunk_n]
-            engine.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
-            engine.kv_tokens.extend(chunk)
-            pos += len(chunk)
-            if on_event is not None:
-                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="tail"))
+        engine.decode_exact(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
         bd["tail"] = (time.perf_counter() - tt) * 1000
     except LayoutRefused as exc:
         # Something about this graph is not as discovered: never reuse these rows, and run exact.
