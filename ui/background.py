@@ -19,6 +19,7 @@ class BackgroundJob(QObject):
     def __init__(self, fn: Callable[[Callable[[object], None]], object], cancel: Callable[[], None], parent=None):
         super().__init__(parent)
         self._fn, self._cancel = fn, cancel
+        self._over = False
         self._thread = threading.Thread(target=self._run, name="ridgefill-download", daemon=True)
 
     def start(self) -> None:
@@ -26,12 +27,17 @@ class BackgroundJob(QObject):
 
     def _run(self) -> None:
         try:
-            self.done.emit(self._fn(self.event.emit))
+            result = self._fn(self.event.emit)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, typed errors carry the reason
+            self._over = True
             self.failed.emit(type(exc).__name__, str(exc))
+        else:
+            self._over = True
+            self.done.emit(result)
 
     def running(self) -> bool:
-        return self._thread.is_alive()
+        # over before the signal leaves: its slot may run while this thread is still unwinding
+        return self._thread.is_alive() and not self._over
 
     def stop(self, timeout: float = 10.0) -> None:
         self._cancel()
