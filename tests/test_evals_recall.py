@@ -72,10 +72,12 @@ def test_cancel_stops_between_items_and_keeps_what_finished(counted, tmp_path):
 
 
 def test_regions_are_labelled_with_the_rows_that_really_run_exact(small_engine):
-    # RidgeFill rounds the bulk down to whole prefill chunks (256 here): 1,600 - 512 -> 1,024 bulk rows
+    from backend.ridgefill.injection import bulk_rows
+
+    # speed approximates every row with T rows after it; plumb rounds down to whole chunks (256 here)
     assert small_engine.config.n_batch == 256
-    assert effective_tail(small_engine, 1600, 512) == 576
-    assert effective_tail(small_engine, 1536, 512) == 512
+    assert effective_tail(small_engine, 1600, 512) == 512 and bulk_rows(small_engine, 1600, 512) == 1088
+    assert bulk_rows(small_engine, 1600, 512, "plumb") == 1024
     assert effective_tail(small_engine, 1600, None) is None
 
 
@@ -99,6 +101,6 @@ def test_needles_in_the_exact_tail_score_the_same_in_off_and_speed(small_engine,
         find_maps(small_engine.info.path, split)
     except MapsMissing:
         return  # no maps for this split here: speed ran exact, as its note says
-    # the bulk is rounded down to whole prefill chunks: at least MIN_BULK rows, never into the tail
-    assert all(1024 <= by[(it.id, "speed")]["bulk_n"] <= 1600 - tail for it in items)
+    # every row with T rows after it was approximated, none of the tail
+    assert all(by[(it.id, "speed")]["bulk_n"] == 1600 - tail for it in items)
     assert all(by[(it.id, "speed")]["mode_run"] == "speed" for it in items)

@@ -73,8 +73,8 @@ def _append(path: Path, rec: dict) -> None:
 
 
 def effective_tail(engine, length: int, tail: int | None) -> int | None:
-    """The rows that really run exact: RidgeFill rounds the bulk down to whole prefill chunks, so the
-    tail is T to T + chunk - 1 rows. Regions are labelled with it, so a "bulk" needle was approximated."""
+    """The rows that really run exact in `speed` (RidgeFill's own rule, see injection.bulk_rows). Regions
+    are labelled with it, so a "bulk" needle was approximated."""
     if not tail:
         return tail
     from ..ridgefill.injection import bulk_rows

@@ -94,6 +94,11 @@ def engine_state(engine) -> _EngineState:
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
             _writer(engine, st, list(range(1, engine.info.n_layer)))
+            # The fingerprint that map folders are checked against: parsing the GGUF header takes
+            # seconds, which would otherwise land in the first speed request's TTFT.
+            from .fingerprint import model_fingerprint
+
+            model_fingerprint(engine.info.path)
         except RidgeFillError as exc:  # LayoutRefused, or K/V weights the write path cannot read
             st.refused = str(exc)
         except Exception as exc:  # anything unexpected about the graph: refuse, run exact
@@ -185,13 +190,20 @@ def _exact(engine, tokens, report: PrefillReport, note: str, reuse_prefix: bool,
     return report
 
 
-def bulk_rows(engine, n_tokens: int, tail: int) -> int:
-    """Rows that take the RidgeFill path: those with at least `tail` rows after them, rounded down to
-    whole prefill chunks, so bulk and tail fall into the same ubatches as an exact prefill (llama.cpp's
-    kernels round differently for a tiny ubatch: a 3-row ubatch moved the stream at layer 1 by 1%),
-    which makes plumb equal off row for row. The tail is then T to T + chunk - 1 rows."""
-    chunk = min(engine.config.n_batch, engine.config.n_ubatch)
-    return max(0, (n_tokens - tail) // chunk * chunk)
+def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
+    """Rows that take the RidgeFill path: those with at least `tail` rows after them.
+
+    `plumb` rounds them down to whole prefill chunks, so bulk and tail fall into the same ubatches as an
+    exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
+    stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
+    rows. `speed` and `quality` take every such row, so the tail is exactly T: a rounded-down bulk left
+    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
+    about 32 s at 8,000 tokens, S=15)."""
+    n = max(0, n_tokens - tail)
+    if mode == "plumb":
+        chunk = min(engine.config.n_batch, engine.config.n_ubatch)
+        return n // chunk * chunk
+    return n
 
 
 def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | None:
@@ -203,9 +215,9 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
         return f"split {split} is outside 1..{L - 1} for this {L}-layer model: ran exact."
     if tail < MIN_TAIL:
         return f"tail {tail} is below the minimum {MIN_TAIL}: ran exact."
-    bulk = bulk_rows(engine, n_tokens, tail)
+    bulk = bulk_rows(engine, n_tokens, tail, mode)
     if bulk < MIN_BULK:
-        return (f"the prompt has {bulk:,} rows (in whole chunks) before the {tail}-token exact tail, fewer than "
+        return (f"the prompt has {bulk:,} rows before the {tail}-token exact tail, fewer than "
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
     st = engine_state(engine)
     if st.refused:
@@ -260,7 +272,7 @@ def _prefill(
     late = list(range(split, L))
     t0 = time.perf_counter()
     bd = {"capture": 0.0, "lower": 0.0, "predict": 0.0, "write": 0.0, "tail": 0.0}
-    bulk_end = bulk_rows(engine, len(tokens), tail)
+    bulk_end = bulk_rows(engine, len(tokens), tail, mode)
 
     if mode == "plumb":
         tag = None
