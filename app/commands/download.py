@@ -9,6 +9,7 @@ import sys
 import time
 
 from app.paths import cache_dir, data_dir
+from backend.hub import store
 from backend.hub.catalogue import find_entry, load_catalogue
 from backend.hub.jobs import DownloadEvent, DownloadJob, State
 from backend.hub.settings import DEFAULT_MAPS_OWNER, HubSettings
@@ -56,6 +57,13 @@ def catalogue():
     return load_catalogue(user_models_file())
 
 
+def chosen_model(args):
+    """(hub settings, the catalogue entry named by args.name, its installed file or None)."""
+    settings = hub_settings(args)
+    entry = find_entry(args.name, catalogue())
+    return settings, entry, store.model_path(entry, settings)
+
+
 def progress_printer(label: str):
     """An on_event sink: a byte bar on a terminal, one line per state change otherwise."""
     tty = sys.stderr is not None and sys.stderr.isatty()
@@ -94,8 +102,7 @@ def progress_printer(label: str):
 def run(args) -> int:
     from backend.hub.downloads import download_model
 
-    settings = hub_settings(args)
-    entry = find_entry(args.name, catalogue())
+    settings, entry, _ = chosen_model(args)
     job = DownloadJob(entry.id, on_event=progress_printer(entry.id))
     path = download_model(entry, settings, job)  # a failure raises a HubError: message + exit 2
     print(path)

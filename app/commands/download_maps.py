@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.download import add_hub_options, catalogue, hub_settings, progress_printer
-from backend.hub import store
-from backend.hub.catalogue import find_entry
+from app.commands.download import add_hub_options, chosen_model, progress_printer
 from backend.hub.errors import HubError
 from backend.hub.jobs import DownloadJob
 
@@ -27,9 +25,7 @@ def run(args) -> int:
     from backend.model_file import read_model_info
     from backend.ridgefill.defaults import default_split
 
-    settings = hub_settings(args)
-    entry = find_entry(args.name, catalogue())
-    path = store.model_path(entry, settings)
+    settings, entry, path = chosen_model(args)
     if path is None:
         raise HubError(f"{entry.id} is not installed; maps are checked against the model. "
                        f"Run `python -m app download {entry.id}` first.")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.download import add_hub_options, catalogue, hub_settings
-from backend.hub import store
-from backend.hub.catalogue import find_entry
+from app.commands.download import add_hub_options, chosen_model
 from backend.hub.downloads import describe_error
 
 
@@ -26,9 +24,7 @@ def run(args) -> int:
     from backend.model_file import read_model_info
     from backend.ridgefill.defaults import default_split
 
-    settings = hub_settings(args)
-    entry = find_entry(args.name, catalogue())
-    path = store.model_path(entry, settings)
+    settings, entry, path = chosen_model(args)
     repo = maps_repo_id(entry, settings.maps_owner)
     print(f"model        {entry.id} ({'installed' if path else 'not installed'})")
     print(f"hub repo     {repo}  (folders split-<S>/)")

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import re
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import httpx2
 from huggingface_hub import constants as hf_constants
@@ -42,6 +43,8 @@ from .jobs import DownloadJob, State
 from .progress import bridge_class
 from .settings import HubSettings
 
+T = TypeVar("T")
+
 log = logging.getLogger(__name__)
 
 # Smaller chunks than the library's 10 MB so progress and cancel respond at least every MiB.
@@ -60,8 +63,13 @@ def download_model(entry: ModelEntry, settings: HubSettings, job: DownloadJob | 
     Raises a HubError (or DownloadCancelled) whose message is the job's failure reason.
     """
     job = job or DownloadJob(entry.id)
+    return run_job(job, lambda: _run(entry, settings, job), entry.repo_id or entry.id)
+
+
+def run_job(job: DownloadJob, work: Callable[[], T], what: str) -> T:
+    """Run a download's `work`; whatever goes wrong ends `job` failed with a reason (and raises)."""
     try:
-        return _run(entry, settings, job)
+        return work()
     except (DownloadCancelled, KeyboardInterrupt):
         job.fail("cancelled by the user; nothing was kept")
         raise
@@ -69,7 +77,7 @@ def download_model(entry: ModelEntry, settings: HubSettings, job: DownloadJob | 
         job.fail(str(exc))
         raise
     except Exception as exc:  # anything else still ends in a clear state
-        reason = describe_error(exc, entry.repo_id or entry.id)
+        reason = describe_error(exc, what)
         job.fail(reason)
         raise HubError(reason) from exc
 

@@ -25,8 +25,8 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from . import store
 from .catalogue import ModelEntry
-from .downloads import _hf_download, describe_error, verify_file
-from .errors import DownloadCancelled, HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
+from .downloads import _hf_download, describe_error, run_job, verify_file
+from .errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
 from .fit import check_fit
 from .jobs import DownloadJob, State
 from .settings import HubSettings
@@ -111,18 +111,8 @@ def download_maps(entry: ModelEntry, split: int | None, model_path: Path, settin
     """Download the map set of `entry` at `split` (None: the lowest published split), verify it
     against `model_path` and install it where find_maps looks; returns the installed folder."""
     job = job or DownloadJob(f"maps {entry.id}")
-    try:
-        return _run(entry, split, Path(model_path), settings, job)
-    except (DownloadCancelled, KeyboardInterrupt):
-        job.fail("cancelled by the user; nothing was kept")
-        raise
-    except HubError as exc:
-        job.fail(str(exc))
-        raise
-    except Exception as exc:
-        reason = describe_error(exc, maps_repo_id(entry, settings.maps_owner))
-        job.fail(reason)
-        raise HubError(reason) from exc
+    return run_job(job, lambda: _run(entry, split, Path(model_path), settings, job),
+                   maps_repo_id(entry, settings.maps_owner))
 
 
 def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSettings, job: DownloadJob) -> Path:
