@@ -107,7 +107,11 @@ class Engine:
         cparams.n_ctx = n_ctx
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
-        cparams.n_seq_max = 1
+        # Two sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows again
+        # on sequence 1, which shares sequence 0's cells, then hands the new cells to sequence 0.
+        # Everything else uses sequence 0 only.
+        cparams.n_seq_max = 2
+        cparams.kv_unified = True
         cparams.n_threads = config.n_threads
         cparams.n_threads_batch = config.n_threads
         # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
@@ -206,8 +210,9 @@ class Engine:
             raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
 
     # ---- low level -----------------------------------------------------------------------------
-    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
-        """One llama_decode of up to n_batch tokens at positions start_pos.. (sequence 0)."""
+    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,
+               seq: int = 0) -> None:
+        """One llama_decode of up to n_batch tokens at positions start_pos.. on sequence `seq`."""
         n = len(tokens)
         if n == 0 or n > self.config.n_batch:
             raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
@@ -217,7 +222,7 @@ class Engine:
             b.token[i] = tok
             b.pos[i] = start_pos + i
             b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
+            b.seq_id[i][0] = seq
             b.logits[i] = logits_all
         b.logits[n - 1] = logits_last or logits_all
         rc = llama_cpp.llama_decode(self._ctx, b)
@@ -245,6 +250,16 @@ class Engine:
             llama_cpp.llama_memory_clear(self._mem, True)
             n_keep = 0
         del self.kv_tokens[n_keep:]
+
+    def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Let sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_remove(self, seq: int, p0: int, p1: int) -> None:
+        """Take sequence `seq` off its cells at positions [p0, p1) (-1, -1: all); a cell no sequence
+        holds is free."""
+        if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
+            raise EngineError(f"llama.cpp could not remove positions {p0}..{p1} of sequence {seq}")
 
     def reusable_prefix(self, tokens: list[int], *, exact_only: bool) -> int:
         """How many leading tokens of `tokens` are already in the cache and may be reused.
@@ -407,10 +422,10 @@ class Engine:
         split = request.split if request.split is not None else default_split(self.info)
         tail = request.tail if request.tail is not None else default_tail(self.info)
         rep = ridgefill_prefill(self, tokens, request.mode, split, tail, cancel=cancel, on_event=on_event,
-                                reuse_prefix=request.reuse_prefix)
+                                reuse_prefix=request.reuse_prefix, share=request.quality_share)
         timings.mode = rep.mode
         if rep.mode != "off":
-            timings.split, timings.tail, timings.bulk_n = split, tail, rep.bulk_n
+            timings.split, timings.tail, timings.bulk_n, timings.exact_n = split, tail, rep.bulk_n, rep.exact_n
             timings.breakdown_ms = dict(rep.breakdown_ms)
         timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
         return rep.cache_n, rep.prompt_ms

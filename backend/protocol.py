@@ -25,6 +25,7 @@ class CompletionRequest:
     mode: Mode = "off"
     split: int | None = None  # RidgeFill split S; None = the model's default
     tail: int | None = None  # exact tail T; None = the default
+    quality_share: float | None = None  # quality: share of bulk rows made exact; None = the default
     reuse_prefix: bool = True  # reuse a matching cached prompt prefix (cache_n > 0)
 
 
@@ -44,6 +45,7 @@ class Timings:
     split: int | None = None
     tail: int | None = None
     bulk_n: int = 0  # rows that took the RidgeFill path
+    exact_n: int = 0  # quality: bulk rows made exact again through every layer
     note: str = ""  # why a requested mode did not run, if it did not
     breakdown_ms: dict = field(default_factory=dict)  # RidgeFill prefill phases (lower, predict, write, tail)
 

@@ -41,6 +41,7 @@ class RidgeFillControls(QGroupBox):
         self.toggle.setChecked(True)
         self.mode_box = QComboBox()
         self.mode_box.addItem("speed (ridge maps)", "speed")
+        self.mode_box.addItem("quality (speed, names and numbers exact)", "quality")
         self.mode_box.addItem("plumb (oracle check)", "plumb")
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setTickPosition(QSlider.TicksBelow)

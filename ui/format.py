@@ -17,7 +17,8 @@ def timings_line(t: dict) -> str:
     if mode == "off":
         parts.append("exact")
     else:
-        parts.append(f"{mode} S={t.get('split')} T={t.get('tail')} bulk {t.get('bulk_n', 0):,}")
+        parts.append(f"{mode} S={t.get('split')} T={t.get('tail')} bulk {t.get('bulk_n', 0):,}"
+                     + (f" ({t['exact_n']:,} exact)" if t.get("exact_n") else ""))
     line = " · ".join(parts)
     if t.get("note"):
         line += f"\n{t['note']}"

@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--lengths", default="2048,4096,8000", help="prompt lengths in tokens, comma-separated")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S (default: the model's)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
-    p.add_argument("--mode", default="speed", choices=["speed", "plumb"], help="the RidgeFill mode to time")
+    p.add_argument("--mode", default="speed", choices=["speed", "quality", "plumb"], help="the RidgeFill mode to time")
     p.add_argument("--repeats", type=int, default=3, help="runs per mode and length (the median is shown)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -35,7 +35,8 @@ def stderr_progress(label: str = "prefill"):
 
 def format_timings(t: Timings) -> str:
     rows = [
-        ("mode", t.mode + (f"  (split {t.split}, tail {t.tail}, bulk rows {t.bulk_n})" if t.mode != "off" else "")),
+        ("mode", t.mode + (f"  (split {t.split}, tail {t.tail}, bulk rows {t.bulk_n}"
+                      + (f", {t.exact_n} of them exact" if t.exact_n else "") + ")" if t.mode != "off" else "")),
         ("time to first token", f"{t.ttft_ms:,.0f} ms"),
         ("prompt", f"{t.prompt_n:,} tokens in {t.prompt_ms:,.0f} ms ({t.prompt_per_second:,.1f} tok/s), {t.cache_n:,} reused"),
         ("answer", f"{t.predicted_n:,} tokens in {t.predicted_ms:,.0f} ms ({t.predicted_per_second:,.1f} tok/s)"),

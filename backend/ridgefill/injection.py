@@ -35,9 +35,10 @@ class PrefillReport:
     split: int | None
     tail: int | None
     bulk_n: int = 0
+    exact_n: int = 0  # quality: bulk rows made exact again
     cache_n: int = 0
     prompt_ms: float = 0.0
-    breakdown_ms: dict = field(default_factory=dict)  # lower, predict, write, tail (+ capture for plumb)
+    breakdown_ms: dict = field(default_factory=dict)  # lower, predict, write, (exact_rows,) tail (+ capture for plumb)
     note: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -240,9 +241,10 @@ def one_torch_thread():
 def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, **kw) -> "PrefillReport":
     """Prefill `tokens` with RidgeFill. Leaves the last token's logits ready, like Engine.prefill.
 
-    `maps` (speed): a RidgeMaps; None looks them up with find_maps. Keywords: `write_late=False` skips
-    the late-layer writes (a control that must differ from exact); `reuse_prefix=True` (speed only)
-    reuses a cached prefix when it is exact or was written by the same split and maps."""
+    `maps` (speed, quality): a RidgeMaps; None looks them up with find_maps. Keywords: `write_late=False`
+    skips the late-layer writes (a control that must differ from exact); `reuse_prefix=True` (speed,
+    quality) reuses a cached prefix when it is exact or was written the same way; `share` (quality): the
+    share of bulk rows made exact again (default selected_rows.DEFAULT_SHARE)."""
     with one_torch_thread():
         return _prefill(engine, tokens, mode, split, tail, maps, cancel, on_event, **kw)
 
@@ -259,15 +261,20 @@ def _prefill(
     *,
     reuse_prefix: bool = False,
     write_late: bool = True,
+    share: float | None = None,
 ) -> PrefillReport:
+    from .selected_rows import DEFAULT_SHARE
+
     report = PrefillReport(mode=mode, split=split, tail=tail)
-    if mode == "quality":  # selected exact rows are not built yet: the request runs as speed
-        report.mode = mode = "speed"
-        report.note = "quality mode (selected exact rows) is not available yet: ran speed."
     why = refusal(engine, len(tokens), mode, split, tail)
     if why:
         return _exact(engine, tokens, report, why, reuse_prefix, on_event, cancel)
     st = engine_state(engine)
+    share = DEFAULT_SHARE if share is None else share
+    if mode == "quality" and st.swa_layers:
+        # A row decoded again deep in the prompt would find its sliding-window history already evicted.
+        report.mode = mode = "speed"
+        report.note = "quality mode needs a model without sliding-window layers: ran speed."
     L = engine.info.n_layer
     late = list(range(split, L))
     t0 = time.perf_counter()
@@ -283,7 +290,7 @@ def _prefill(
                    if late[1:] else {})
         source = _Oracle(streams)
         bd["capture"] = (time.perf_counter() - t0) * 1000
-    else:  # speed (quality adds exact rows after the speed pass)
+    else:  # speed; quality makes selected rows exact after the speed pass
         if maps is None:
             from .maps import MapsMissing, MapsRefused, find_maps
 
@@ -298,7 +305,7 @@ def _prefill(
                           f"not split {split}: ran exact.", reuse_prefix, on_event, cancel)
         report.warnings = list(getattr(maps, "warnings", []) or [])
         source = _Predictor(maps)
-        tag = f"s{split}:{getattr(maps, 'folder', id(maps))}"
+        tag = f"s{split}:{getattr(maps, 'folder', id(maps))}" + (f":q{share}" if mode == "quality" else "")
         start = 0
         if reuse_prefix and (engine.kv_exact or getattr(engine, "kv_tag", None) == tag):
             start = engine.reusable_prefix(tokens, exact_only=False)
@@ -361,6 +368,13 @@ def _prefill(
             report.bulk_n += n
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
+        if mode == "quality" and report.bulk_n:
+            from .selected_rows import redecode_exact, select_runs
+
+            tq = time.perf_counter()
+            runs = select_runs(engine, tokens, start, bulk_end, share)
+            report.exact_n = redecode_exact(engine, tokens, runs, cancel=cancel)
+            bd["exact_rows"] = (time.perf_counter() - tq) * 1000
         tt = time.perf_counter()
         engine.decode_exact(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
         bd["tail"] = (time.perf_counter() - tt) * 1000

@@ -1,0 +1,117 @@
+"""quality mode: selected bulk rows decoded again exactly on a second sequence and handed to sequence 0.
+
+The mechanism is checked against exact with a map that predicts nothing (zeros): speed with it is far
+from exact, quality with every bulk row selected must come back to exact, and with the digits selected
+it must keep the number's rows exact while the rest stay approximated."""
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+import torch
+
+from backend.protocol import CompletionRequest
+from backend.ridgefill.injection import engine_state, ridgefill_prefill
+from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, select_runs, token_score
+from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
+
+SPLIT, TAIL = 18, 512
+
+
+class ZeroMaps:
+    """Predicts every late layer's input as zeros: the worst map, so approximated rows are obvious."""
+
+    split, layers, warnings = SPLIT, list(range(SPLIT + 1, 30)), []
+
+    def predict(self, layer, h_split):  # noqa: ARG002
+        return torch.zeros(h_split.shape, dtype=torch.float32)
+
+
+def seq_range(engine, seq):
+    mem = llama_cpp.llama_get_memory(engine._ctx)
+    return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
+
+
+def test_the_score_prefers_digits_then_names_and_numbers_bring_their_context(engine):
+    n = engine.n_vocab
+    assert token_score("7", 100, n) > token_score(" Paris", 100, n) > token_score(" the", 100, n)
+    toks = engine.tokenize(("the cat sat on the mat and the rug was warm and the owl said its number is "
+                            "4729185 and then the dog ran far away over the hills and back home again. ") * 3,
+                           add_special=False)
+    digits = [p for p, t in enumerate(toks) if engine.token_text(t).strip().isdigit()]
+    assert len(digits) == 21  # SmolLM2 splits numbers into single digits
+    runs = select_runs(engine, toks, 0, len(toks), share=0.7)  # room for the three numbers' windows
+    covered = {p for r in runs for p in range(r.start, r.end)}
+    firsts = [p for p in digits if p - 1 not in digits]
+    for f in firsts:  # each number with the words that introduce it and the token that ends it
+        assert set(range(f - NUMBER_LEAD, f + 7 + NUMBER_TRAIL)) <= covered
+    holding = [next(i for i, r in enumerate(runs) if r.start <= f < r.end) for f in firsts]
+    assert len(set(holding)) == 3  # one run per number: far apart, they are decoded separately
+    assert len(covered) < len(toks)
+    # the budget stops the selection: 10% of the rows is less than one number's window, so one window
+    small = select_runs(engine, toks, 0, len(toks), share=0.1)
+    assert len(small) == 1 and round(0.1 * len(toks)) <= len(small[0]) <= NUMBER_LEAD + 1 + NUMBER_TRAIL
+    assert select_runs(engine, toks, 0, len(toks), share=1.0) == [Run(0, len(toks))]
+    assert select_runs(engine, toks, 0, len(toks), share=0.0) == []
+
+
+def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(engine):
+    toks = induction_prompt(engine, 2030)
+    engine.prefill(toks, reuse_prefix=False)
+    ref = engine.last_logits()
+
+    speed = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
+    assert speed.mode == "speed" and speed.exact_n == 0
+    kl_speed = kl(ref, engine.last_logits())
+
+    full = ridgefill_prefill(engine, toks, "quality", SPLIT, TAIL, maps=ZeroMaps(), share=1.0)
+    assert full.mode == "quality" and full.exact_n == full.bulk_n == len(toks) - TAIL, full.note
+    assert full.breakdown_ms["exact_rows"] > 0
+    kl_full = kl(ref, engine.last_logits())
+    # the cache is one sequence again: sequence 0 holds every position once, sequence 1 nothing
+    assert seq_range(engine, 0) == (0, len(toks) - 1) and seq_range(engine, 1)[1] == -1
+    print(f"KL vs off: speed with zero maps {kl_speed:.3f}, quality with every row exact {kl_full:.2e}")
+    assert kl_speed > 0.5 and kl_full < 1e-2  # the same tolerance as plumb (see test_ridgefill_injection)
+    # the next request on this cache decodes normally
+    res = engine.complete(CompletionRequest(prompt="Hello", max_tokens=3))
+    assert res.timings.prompt_n > 0 and res.finish_reason in ("stop", "length")
+
+
+def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(engine):
+    """Layer S+1's K of a bulk row is exact only if that row ran through layer S exactly (every row's
+    layer-S K/V are exact, from the real stream): true for the selected rows in quality, for none in
+    speed with zero maps (their layer S+1 input is predicted as zeros). Rows decoded again land in
+    other cells, so each exact row is looked for among all cells."""
+    owl = engine.tokenize("\n\nThe special magic number for owl is 4729185.\n\n", add_special=False)
+    base = induction_prompt(engine, 2000)
+    toks = base[:600] + owl + base[600:900] + owl + base[900:1900]
+    engine.prefill(toks, reuse_prefix=False)
+    lay = engine_state(engine).layout
+
+    def k19():
+        return lay.layers[SPLIT + 1].k_cache.rows().astype(np.float32)
+
+    def found(rows, exact_rows):
+        """For each exact row, the best cosine with any cell."""
+        a = exact_rows / np.linalg.norm(exact_rows, axis=1, keepdims=True)
+        c = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return (a @ c.T).max(1)
+
+    exact = k19()[: len(toks)]  # a fresh exact prefill: cell i holds position i
+    bulk = len(toks) - TAIL
+    digits = [p for p in range(bulk) if engine.token_text(toks[p]).strip().isdigit()]
+    # rows far from any number stay approximated (a number's window reaches NUMBER_LEAD rows back)
+    plain = [p for p in range(100, bulk, 41) if all(abs(p - d) > NUMBER_LEAD + 3 for d in digits)][:12]
+    assert len(digits) >= 14 and len(plain) == 12  # the two needles' digits, and the prose's own
+
+    ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
+    assert found(k19(), exact[digits]).max() < 0.99
+
+    # a budget of exactly the numbers' windows, so no other row is taken
+    windows = {q for d in digits for q in range(max(0, d - NUMBER_LEAD), d + 1 + NUMBER_TRAIL)}
+    rep = ridgefill_prefill(engine, toks, "quality", SPLIT, TAIL, maps=ZeroMaps(), share=len(windows) / bulk)
+    # rows between windows closer than MERGE_GAP are decoded with them
+    assert rep.mode == "quality" and len(windows) <= rep.exact_n <= len(windows) + 2 * len(digits), rep.note
+    assert seq_range(engine, 0) == (0, len(toks) - 1) and seq_range(engine, 1)[1] == -1
+    cells = k19()
+    assert found(cells, exact[digits]).min() > 0.999  # every selected row ran through layer S exactly
+    assert found(cells, exact[plain]).max() < 0.99  # the others stayed approximated
