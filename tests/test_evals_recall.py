@@ -79,6 +79,7 @@ def test_regions_are_labelled_with_the_rows_that_really_run_exact(small_engine):
     assert effective_tail(small_engine, 1600, 512) == 512 and bulk_rows(small_engine, 1600, 512) == 1088
     assert bulk_rows(small_engine, 1600, 512, "plumb") == 1024
     assert effective_tail(small_engine, 1600, None) is None
+    assert effective_tail(small_engine, 1500, 512) == 1500  # 988 bulk rows: too few, all of it ran exact
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from backend.ridgefill.defaults import MIN_BULK
+
 
 def accuracy_color(acc: float) -> QColor:
     acc = max(0.0, min(1.0, acc))
@@ -51,6 +53,8 @@ class Heatmap(QWidget):
         if (length, depth) in self.regions:
             return self.regions[(length, depth)]
         if not self.tail:  # before results: the boundary where the exact tail starts, as a share
+            return "tail"
+        if length - self.tail < MIN_BULK:  # too short for RidgeFill: every row runs exact
             return "tail"
         return "bulk" if depth < (length - self.tail) / length else "tail"
 

@@ -73,13 +73,16 @@ def _append(path: Path, rec: dict) -> None:
 
 
 def effective_tail(engine, length: int, tail: int | None) -> int | None:
-    """The rows that really run exact in `speed` (RidgeFill's own rule, see injection.bulk_rows). Regions
-    are labelled with it, so a "bulk" needle was approximated."""
+    """The rows that really run exact in `speed` (RidgeFill's own rule, see injection.bulk_rows): all of
+    them when the prompt is too short for RidgeFill. Regions are labelled with it, so a "bulk" needle
+    was approximated."""
     if not tail:
         return tail
+    from ..ridgefill.defaults import MIN_BULK
     from ..ridgefill.injection import bulk_rows
 
-    return length - bulk_rows(engine, length, tail)
+    bulk = bulk_rows(engine, length, tail)
+    return length if bulk < MIN_BULK else length - bulk
 
 
 def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None,
