@@ -60,6 +60,11 @@ class EngineConfig:
     answer_reserve: int = 256  # default room kept for the answer when checking a prompt's length
 
 
+# Sequence 0 is the conversation; 1..N_SEQ-1 serve quality mode's rows decoded again (one per run, so
+# a whole set of runs goes through llama.cpp in one batch: its small-batch path is ~6x slower per row).
+N_SEQ = 32
+
+
 def _install_llama_log_filter() -> None:
     """Route llama.cpp's chatter to Python logging at DEBUG instead of stderr."""
     global _LOG_CB
@@ -107,10 +112,10 @@ class Engine:
         cparams.n_ctx = n_ctx
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
-        # Two sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows again
-        # on sequence 1, which shares sequence 0's cells, then hands the new cells to sequence 0.
+        # Several sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows
+        # again on sequences that share sequence 0's cells, then hands the new cells to sequence 0.
         # Everything else uses sequence 0 only.
-        cparams.n_seq_max = 2
+        cparams.n_seq_max = N_SEQ
         cparams.kv_unified = True
         cparams.n_threads = config.n_threads
         cparams.n_threads_batch = config.n_threads
@@ -228,6 +233,20 @@ class Engine:
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise EngineError(f"llama_decode failed with code {rc} at position {start_pos}")
+
+    def decode_rows(self, tokens: list[int], positions: list[int], seqs: list[int]) -> None:
+        """One llama_decode of rows with their own positions and sequences (no logits)."""
+        n = len(tokens)
+        if n == 0 or n > self.config.n_batch:
+            raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
+        b = self._batch
+        b.n_tokens = n
+        for i, (tok, pos, seq) in enumerate(zip(tokens, positions, seqs)):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, False
+            b.seq_id[i][0] = seq
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} on {n} rows from position {positions[0]}")
 
     def row_logits(self, n_rows: int) -> np.ndarray:
         """Logits of the last decode's rows (decoded with logits_all), shape (n_rows, n_vocab)."""

@@ -11,7 +11,7 @@ import torch
 
 from backend.protocol import CompletionRequest
 from backend.ridgefill.injection import engine_state, ridgefill_prefill
-from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, select_runs, token_score
+from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, batches, select_runs, token_score
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
 SPLIT, TAIL = 18, 512
@@ -29,6 +29,12 @@ class ZeroMaps:
 def seq_range(engine, seq):
     mem = llama_cpp.llama_get_memory(engine._ctx)
     return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
+
+
+def others_empty(engine):
+    from backend.engine import N_SEQ
+
+    return all(seq_range(engine, s)[1] == -1 for s in range(1, N_SEQ))
 
 
 def test_the_score_prefers_digits_then_names_and_numbers_bring_their_context(engine):
@@ -54,6 +60,13 @@ def test_the_score_prefers_digits_then_names_and_numbers_bring_their_context(eng
     assert select_runs(engine, toks, 0, len(toks), share=0.0) == []
 
 
+def test_runs_are_batched_by_rows_and_sequences():
+    a, b, c = Run(0, 5), Run(10, 20), Run(30, 35)
+    assert batches([a, b, c], max_rows=100, max_runs=2) == [[a, b], [c]]
+    assert batches([a, b, c], max_rows=12, max_runs=9) == [[a], [b], [c]]
+    assert batches([a, c], max_rows=10, max_runs=9) == [[a, c]] and batches([], 10, 9) == []
+
+
 def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(engine):
     toks = induction_prompt(engine, 2030)
     engine.prefill(toks, reuse_prefix=False)
@@ -67,8 +80,8 @@ def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(
     assert full.mode == "quality" and full.exact_n == full.bulk_n == len(toks) - TAIL, full.note
     assert full.breakdown_ms["exact_rows"] > 0
     kl_full = kl(ref, engine.last_logits())
-    # the cache is one sequence again: sequence 0 holds every position once, sequence 1 nothing
-    assert seq_range(engine, 0) == (0, len(toks) - 1) and seq_range(engine, 1)[1] == -1
+    # the cache is one sequence again: sequence 0 holds every position once, the others nothing
+    assert seq_range(engine, 0) == (0, len(toks) - 1) and others_empty(engine)
     print(f"KL vs off: speed with zero maps {kl_speed:.3f}, quality with every row exact {kl_full:.2e}")
     assert kl_speed > 0.5 and kl_full < 1e-2  # the same tolerance as plumb (see test_ridgefill_injection)
     # the next request on this cache decodes normally
@@ -111,7 +124,7 @@ def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(
     rep = ridgefill_prefill(engine, toks, "quality", SPLIT, TAIL, maps=ZeroMaps(), share=len(windows) / bulk)
     # rows between windows closer than MERGE_GAP are decoded with them
     assert rep.mode == "quality" and len(windows) <= rep.exact_n <= len(windows) + 2 * len(digits), rep.note
-    assert seq_range(engine, 0) == (0, len(toks) - 1) and seq_range(engine, 1)[1] == -1
+    assert seq_range(engine, 0) == (0, len(toks) - 1) and others_empty(engine)
     cells = k19()
     assert found(cells, exact[digits]).min() > 0.999  # every selected row ran through layer S exactly
     assert found(cells, exact[plain]).max() < 0.99  # the others stayed approximated

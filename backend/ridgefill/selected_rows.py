@@ -1,11 +1,11 @@
 """quality mode: a share of bulk rows, chosen by a per-token score, made exact through every layer.
 
 After the speed pass has written every bulk row's late-layer K/V from predictions, the selected rows are
-decoded again by llama.cpp, run by run, at their own positions on sequence 1, which shares sequence 0's
-cells before the run (so each row attends to the same history the tail will see). Then sequence 0 drops
-its approximate cells at those positions and takes the new ones. llama.cpp refuses non-consecutive
-positions within one sequence, hence the second sequence (and a unified cache, where sharing a cell
-moves no data: see Engine).
+decoded again by llama.cpp at their own positions, each run on its own sequence, which shares sequence
+0's cells before the run (so each row attends to the same history the tail will see). Then sequence 0
+drops its approximate cells at those positions and takes the new ones. llama.cpp refuses
+non-consecutive positions within one sequence, hence a sequence per run (on a unified cache, where
+sharing a cell moves no data: see Engine).
 
 The score is a token class, not a learned one: digits (numbers, codes, dates) first, then capitalised
 pieces (names, keys), then rarer pieces (a higher BPE id is a later, rarer merge).
@@ -71,26 +71,48 @@ def select_runs(engine, tokens: list[int], start: int, end: int, share: float = 
     return runs
 
 
-def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
-                   on_run: Callable[[int], None] | None = None) -> int:
+def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
+    """Runs grouped, in order, into llama_decode calls of at most `max_rows` rows and `max_runs` runs."""
+    out: list[list[Run]] = []
+    rows = 0
+    for run in runs:
+        if not out or rows + len(run) > max_rows or len(out[-1]) >= max_runs:
+            out.append([])
+            rows = 0
+        out[-1].append(run)
+        rows += len(run)
+    return out
+
+
+def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
-    layer. Returns the rows made exact. Sequence 1 is empty before and after."""
+    layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
+    sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
+    costs ~6x more per row at 4K tokens). Sequences 1.. are empty before and after."""
+    from ..engine import N_SEQ
     from ..errors import Cancelled
 
     done = 0
-    engine.seq_remove(1, -1, -1)
+    for s in range(1, N_SEQ):
+        engine.seq_remove(s, -1, -1)
+    groups = batches(runs, engine.config.n_batch, N_SEQ - 1)
     try:
-        for i, run in enumerate(runs):
+        for i, group in enumerate(groups):
             if cancel is not None and cancel():
-                raise Cancelled(f"prefill cancelled after {i} of {len(runs)} exact runs")
-            engine.seq_copy(0, 1, 0, run.start)  # sequence 1's history: everything before the run
-            engine.decode(tokens[run.start : run.end], run.start, logits_last=False, seq=1)
-            engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
-            engine.seq_copy(1, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
-            engine.seq_remove(1, -1, -1)
-            done += len(run)
-            if on_run is not None:
-                on_run(done)
+                raise Cancelled(f"prefill cancelled after {i} of {len(groups)} batches of exact rows")
+            toks, pos, seqs = [], [], []
+            for s, run in enumerate(group, start=1):
+                engine.seq_copy(0, s, 0, run.start)  # its history: everything before the run
+                toks += tokens[run.start : run.end]
+                pos += range(run.start, run.end)
+                seqs += [s] * len(run)
+            engine.decode_rows(toks, pos, seqs)
+            for s, run in enumerate(group, start=1):
+                engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
+                engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
+                engine.seq_remove(s, -1, -1)
+                done += len(run)
     finally:
-        engine.seq_remove(1, -1, -1)
+        for s in range(1, N_SEQ):
+            engine.seq_remove(s, -1, -1)
     return done
