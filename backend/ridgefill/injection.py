@@ -373,7 +373,9 @@ def _prefill(
 
             tq = time.perf_counter()
             runs = select_runs(engine, tokens, start, bulk_end, share)
+            engine.kv_tag = None  # until every selected row is exact, no quality request may reuse these
             report.exact_n = redecode_exact(engine, tokens, runs, cancel=cancel)
+            engine.kv_tag = tag
             bd["exact_rows"] = (time.perf_counter() - tq) * 1000
         tt = time.perf_counter()
         engine.decode_exact(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
