@@ -1,4 +1,4 @@
-"""quality mode: selected bulk rows decoded again exactly on a second sequence and handed to sequence 0.
+"""quality mode: selected bulk rows decoded again exactly on other sequences and handed to sequence 0.
 
 The mechanism is checked against exact with a map that predicts nothing (zeros): speed with it is far
 from exact, quality with every bulk row selected must come back to exact, and with the digits selected
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import llama_cpp
 import numpy as np
+import pytest
 import torch
 
 from backend.protocol import CompletionRequest
@@ -128,3 +129,34 @@ def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(
     cells = k19()
     assert found(cells, exact[digits]).min() > 0.999  # every selected row ran through layer S exactly
     assert found(cells, exact[plain]).max() < 0.99  # the others stayed approximated
+
+
+@pytest.mark.parametrize("arch,n_layer,split", [("qwen2", 4, 2), ("gemma3", 12, 7)])
+def test_quality_on_tiny_models(tmp_path, arch, n_layer, split):
+    """qwen2: every row made exact again gives exact's logits (F32 weights: KL ~ 0). gemma3: a row decoded
+    again would miss its evicted sliding-window history, so quality runs as speed and says so."""
+    from backend.engine import Engine, EngineConfig
+    from tiny_gguf import write_tiny_gguf
+
+    class Ident:  # predicts each late input as the split stream itself: far from exact
+        layers, warnings = list(range(split + 1, n_layer)), []
+
+        def __init__(self):
+            self.split = split
+
+        def predict(self, layer, h):  # noqa: ARG002
+            return h.float()
+
+    path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", arch, n_layer=n_layer)
+    toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1600)]
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
+        e.prefill(toks, reuse_prefix=False)
+        ref = e.last_logits()
+        rep = ridgefill_prefill(e, toks, "quality", split, TAIL, maps=Ident(), share=1.0)
+        if arch == "gemma3":
+            assert rep.mode == "speed" and rep.exact_n == 0 and "sliding-window" in rep.note
+            return
+        assert rep.mode == "quality" and rep.exact_n == rep.bulk_n == len(toks) - TAIL, rep.note
+        assert kl(ref, e.last_logits()) < 1e-6
+        ridgefill_prefill(e, toks, "speed", split, TAIL, maps=Ident())
+        assert kl(ref, e.last_logits()) > 1e-4  # the control: the same maps without exact rows
