@@ -215,35 +215,25 @@ class Engine:
             raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
 
     # ---- low level -----------------------------------------------------------------------------
-    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,
-               seq: int = 0) -> None:
-        """One llama_decode of up to n_batch tokens at positions start_pos.. on sequence `seq`."""
+    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
+        """One llama_decode of up to n_batch tokens at positions start_pos.. (sequence 0)."""
         n = len(tokens)
-        if n == 0 or n > self.config.n_batch:
-            raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
-        b = self._batch
-        b.n_tokens = n
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = start_pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = logits_all
-        b.logits[n - 1] = logits_last or logits_all
-        rc = llama_cpp.llama_decode(self._ctx, b)
-        if rc != 0:
-            raise EngineError(f"llama_decode failed with code {rc} at position {start_pos}")
+        self.decode_rows(tokens, range(start_pos, start_pos + n), [0] * n, logits_last=logits_last,
+                         logits_all=logits_all)
 
-    def decode_rows(self, tokens: list[int], positions: list[int], seqs: list[int]) -> None:
-        """One llama_decode of rows with their own positions and sequences (no logits)."""
+    def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
+                    logits_all: bool = False) -> None:
+        """One llama_decode of rows with their own positions and sequences; logits for every row
+        (logits_all) or the last one (logits_last), else none."""
         n = len(tokens)
         if n == 0 or n > self.config.n_batch:
             raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
         b = self._batch
         b.n_tokens = n
         for i, (tok, pos, seq) in enumerate(zip(tokens, positions, seqs)):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, False
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, logits_all
             b.seq_id[i][0] = seq
+        b.logits[n - 1] = logits_last or logits_all
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             raise EngineError(f"llama_decode failed with code {rc} on {n} rows from position {positions[0]}")

@@ -6,6 +6,7 @@ from app.commands.common import format_timings, open_engine, stderr_progress
 from backend.demo import DEMO_ANSWER, DEMO_QUESTION, demo_document
 from backend.documents import document_messages
 from backend.protocol import CompletionRequest
+from ui.format import answers_agree
 
 
 def register(sub) -> None:
@@ -34,7 +35,7 @@ def run(args) -> int:
         print(f"{label} answers ({verdict}): {result.text.strip()}")
         print(format_timings(result.timings) + "\n")
     fast, exact = results["speed"].timings, results["off"].timings
-    same = results["speed"].text.strip() == results["off"].text.strip()
+    same = answers_agree(results["speed"].text, results["off"].text)
     print(f"Time to first token: RidgeFill {fast.ttft_ms:,.0f} ms vs exact {exact.ttft_ms:,.0f} ms "
           f"({exact.ttft_ms / fast.ttft_ms:.2f}x); the answers {'agree' if same else 'differ'}.")
     return 0

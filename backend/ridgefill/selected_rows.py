@@ -88,13 +88,11 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs ~6x more per row at 4K tokens). Sequences 1.. are empty before and after."""
+    costs ~6x more per row at 4K tokens). Sequences 1.. are empty afterwards, whatever happens."""
     from ..engine import N_SEQ
     from ..errors import Cancelled
 
     done = 0
-    for s in range(1, N_SEQ):
-        engine.seq_remove(s, -1, -1)
     groups = batches(runs, engine.config.n_batch, N_SEQ - 1)
     try:
         for i, group in enumerate(groups):
