@@ -14,8 +14,8 @@ from backend.hub import store
 from backend.hub.catalogue import ModelEntry, add_hub, add_local, find_entry, load_catalogue
 from backend.hub.downloads import download_model
 from backend.hub.errors import DownloadCancelled, HubError, NotCachedOffline, NotEnoughDisk, VerificationFailed
-from backend.hub.fit import check_fit
 from backend.hub.jobs import DownloadJob, State
+from backend.hub.machine_fit import check_fit
 from backend.hub.settings import HubSettings
 from tests.hub_server import FakeHub
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from app.commands.download import add_hub_options, chosen_model
-from backend.hub.downloads import describe_error
+from backend.hub.errors import describe_error
 
 
 def register(sub) -> None:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from .errors import HubError, UnknownModel
+from .errors import HubError, UnknownModel, describe_error
 
 CATALOGUE_FILE = "catalogue.json"
 
@@ -114,8 +114,6 @@ def add_hub(repo_id: str, filename: str | None, user_file: Path, list_files=None
         try:
             ggufs = sorted(f for f in list_files(repo_id) if f.lower().endswith(".gguf"))
         except Exception as exc:  # not found, gated, unreachable: say which
-            from .downloads import describe_error
-
             raise HubError(describe_error(exc, repo_id)) from exc
         if not ggufs:
             raise HubError(f"{repo_id} has no .gguf file; the app runs GGUF models only.")

@@ -20,26 +20,24 @@ import re
 from pathlib import Path
 from typing import Callable, TypeVar
 
-import httpx2
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    GatedRepoError,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 
 from backend.errors import RidgeFillError
 from backend.model_file import GGUF_MAGIC, read_model_info
 
 from . import store
 from .catalogue import ModelEntry
-from .errors import DownloadCancelled, HubError, NotCachedOffline, NotEnoughDisk, VerificationFailed
-from .fit import check_fit
+from .errors import (
+    DownloadCancelled,
+    HubError,
+    NotCachedOffline,
+    NotEnoughDisk,
+    VerificationFailed,
+    describe_error,
+)
 from .jobs import DownloadJob, State
+from .machine_fit import check_fit
 from .progress import bridge_class
 from .settings import HubSettings
 
@@ -188,28 +186,3 @@ def _clean_stale_partials(staging: Path) -> None:
     if staging.is_dir():
         for p in staging.rglob("*.incomplete"):
             p.unlink(missing_ok=True)
-
-
-def describe_error(exc: BaseException, what: str) -> str:
-    """One line a user can act on, for the errors huggingface_hub and httpx raise."""
-    if isinstance(exc, GatedRepoError):
-        return f"{what} is gated: accept its licence on the hub and set a token (--token)."
-    if isinstance(exc, RepositoryNotFoundError):
-        return f"{what} was not found on the hub (or it is private: set a token with --token)."
-    if isinstance(exc, RevisionNotFoundError):
-        return f"{what}: that revision does not exist on the hub."
-    if isinstance(exc, EntryNotFoundError):
-        return f"{what}: the file is not in the repo."
-    if isinstance(exc, LocalEntryNotFoundError):
-        return f"{what}: the hub could not be reached and the file is not cached. Check the connection or the endpoint."
-    if isinstance(exc, HfHubHTTPError):
-        return f"{what}: the hub answered an error ({exc})."
-    if isinstance(exc, (httpx2.ConnectError, httpx2.TimeoutException)):
-        return f"{what}: cannot reach the hub ({type(exc).__name__}). Check the connection or the endpoint."
-    if isinstance(exc, httpx2.HTTPError):
-        return f"{what}: the connection failed ({type(exc).__name__}: {exc}). Try again; the download restarts cleanly."
-    if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
-        return f"{what}: the connection ended before the whole file arrived. Try again; the download restarts cleanly."
-    if isinstance(exc, OSError):
-        return f"{what}: {exc.strerror or exc}."
-    return f"{what}: {type(exc).__name__}: {exc}"

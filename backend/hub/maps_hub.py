@@ -25,10 +25,10 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from . import store
 from .catalogue import ModelEntry
-from .downloads import _hf_download, describe_error, run_job, verify_file
-from .errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
-from .fit import check_fit
+from .downloads import _hf_download, run_job, verify_file
+from .errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed, describe_error
 from .jobs import DownloadJob, State
+from .machine_fit import check_fit
 from .settings import HubSettings
 
 MANIFEST = "ridgefill.json"  # backend/ridgefill/map_format.py: MANIFEST

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import store
 from .catalogue import ModelEntry
-from .fit import check_fit
+from .machine_fit import check_fit
 from .settings import HubSettings
 
 
