@@ -65,10 +65,10 @@ def hub(maps28, smol_entry):
 def settings(hub, tmp_path, monkeypatch) -> HubSettings:
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path / "home"))
-    from backend.ridgefill.map_store import user_cache_dir
+    from backend.user_paths import cache_dir
 
-    # The same cache the app uses (app.paths.cache_dir), so find_maps' default search sees downloads.
-    return HubSettings(cache_root=user_cache_dir(), endpoint=hub.url, maps_owner=OWNER)
+    # The same cache the app and find_maps' default search use, so the engine sees downloads.
+    return HubSettings(cache_root=cache_dir(), endpoint=hub.url, maps_owner=OWNER)
 
 
 def test_map_download_is_verified_and_found_by_the_engine(hub, settings, smol_entry):

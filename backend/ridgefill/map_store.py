@@ -1,38 +1,18 @@
 """Where map folders live and how they are named.
 
 Search order: the user cache's `maps/` (fitted here or downloaded; a refit wins), then the
-`maps_cache/` folder shipped with the app. The user cache follows app/paths.py's rules
-(RIDGEFILL_CACHE_DIR, else RIDGEFILL_HOME/<cache folder name>, else platformdirs) without
-importing `app`, so the backend stands alone.
+`maps_cache/` folder shipped with the app. The user cache is backend/user_paths.py's.
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 from pathlib import Path
 
-from platformdirs import PlatformDirs
+from backend.user_paths import activations_dir  # noqa: F401  (calibration reads it here)
+from backend.user_paths import maps_dir as user_maps_dir  # maps fitted or downloaded by this user
 
 from .fingerprint import identity_key
-
-APP_NAME = "RidgeFill"
-
-
-def user_cache_dir() -> Path:
-    default = PlatformDirs(APP_NAME, APP_NAME).user_cache_dir
-    home = os.environ.get("RIDGEFILL_HOME")
-    return Path(os.environ.get("RIDGEFILL_CACHE_DIR") or (Path(home) / Path(default).name if home else default))
-
-
-def user_maps_dir() -> Path:
-    """Maps fitted or downloaded by this user (not created here; writers create it)."""
-    return user_cache_dir() / "maps"
-
-
-def activations_dir() -> Path:
-    """Captured calibration activations, one folder per model variant."""
-    return user_cache_dir() / "activations"
 
 
 def shipped_maps_dir() -> Path:
