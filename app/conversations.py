@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 class Document:
     name: str
     text: str
-    n_tokens: int = 0  # the whole prompt's token count when it was attached (0 = not counted yet)
 
 
 @dataclass
@@ -55,7 +54,8 @@ class Conversation:
             title=str(d.get("title", "Chat")),
             created=float(d.get("created", 0)),
             updated=float(d.get("updated", 0)),
-            document=Document(**doc) if doc else None,
+            # Files saved before Document lost its n_tokens field still carry it: keep name and text.
+            document=Document(str(doc["name"]), str(doc["text"])) if doc else None,
             messages=[Message(**m) for m in d.get("messages", [])],
         )
 
@@ -90,6 +90,3 @@ class ConversationStore:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("skipping unreadable conversation %s: %s", p.name, exc)
         return sorted(out, key=lambda c: c.updated, reverse=True)
-
-    def delete(self, conv_id: str) -> None:
-        self._file(conv_id).unlink(missing_ok=True)

@@ -6,8 +6,6 @@ from pathlib import Path
 from .errors import DocumentError, EmptyDocumentError
 from .protocol import ChatMessage
 
-TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text", ".rst", ""}
-
 
 def read_document(path: str | Path) -> str:
     p = Path(path)

@@ -64,14 +64,6 @@ def compare(a: list[dict], b: list[dict], name_a: str = "A", name_b: str = "B") 
     return out
 
 
-def baseline_pairs(records: list[dict]) -> list[tuple[str, str]]:
-    """In one file: 'off' against every other condition found."""
-    conds = by_condition(records)
-    if "off" not in conds:
-        return []
-    return [("off", c) for c in conds if c != "off"]
-
-
 def recall_records(records: list[dict]) -> list[dict]:
     """Recall lines only (a sweep's file also holds NLL and TTFT lines), one per item and condition:
     the last that may stand (a line from an engine that ignored the mode is replaced by its rerun)."""
