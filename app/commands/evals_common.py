@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from backend.evals.haystacks import load_haystack
+from backend.ridgefill.defaults import default_split, default_tail
 
 
 def int_list(text: str) -> list[int]:
@@ -36,10 +37,6 @@ def add_split_tail(p) -> None:
 def split_tail(args, info) -> tuple[int, int]:
     """The split and tail asked for, else the model's defaults."""
     asked_split = getattr(args, "split", None)
-    try:
-        from backend.ridgefill.defaults import default_split, default_tail
-    except ImportError:  # an install without RidgeFill: the engine picks (and runs exact)
-        return asked_split, args.tail if args.tail is not None else 512
     split = asked_split if asked_split is not None else default_split(info)
     tail = args.tail if args.tail is not None else default_tail(info)
     return split, tail

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from app.commands.common import open_engine
-from app.commands.evals_common import float_list, haystack_of, int_list, say, str_list
+from app.commands.evals_common import float_list, haystack_of, int_list, say, split_tail, str_list
 from app.paths import data_dir
 from backend.evals.needles import build_item, make_items
 from backend.evals.nll import nll_documents
@@ -35,8 +35,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from app.commands.evals_common import split_tail
-
     engine = open_engine(args)
     tail = split_tail(args, engine.info)[1]
     out = args.out or str(data_dir() / "evals" / "sweep.jsonl")

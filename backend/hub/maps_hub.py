@@ -66,10 +66,8 @@ def published_splits(entry: ModelEntry, settings: HubSettings) -> list[int]:
 
 def check_folder(folder: Path, model_path: Path):
     """MAPS's verdict on a folder: MapCheck(status, reasons, split, folder)."""
-    try:
-        from backend.ridgefill.maps import check_maps
-    except ImportError as exc:  # the RidgeFill engine is not installed: never use an unchecked folder
-        raise VerificationFailed(f"Map folders cannot be verified here ({exc}); the model runs exact.") from exc
+    from backend.ridgefill.maps import check_maps
+
     return check_maps(folder, model_path)
 
 
