@@ -1,6 +1,6 @@
 """The model fingerprint: what a map folder must match to be used with a GGUF model.
 
-Two classes of facts (see RIDGEFILL.md, "Matching a folder to a model"):
+Two classes of facts (see docs/RIDGEFILL.md, "Matching a folder to a model"):
 - identity (a mismatch refuses): architecture, the named metadata values, the tokenizer hash;
 - variant (a mismatch warns): the model name, the file type, the encodings (ggml types) and bytes
   of the late layers' K/V-path weights, i.e. another quantisation or fine-tune of the same model.
