@@ -11,14 +11,16 @@ import ctypes
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
+from .kv_cache import CachedRows
 from .model_file import ModelInfo, read_model_info
 from .protocol import (
     ChatMessage,
@@ -60,9 +62,47 @@ class EngineConfig:
     answer_reserve: int = 256  # default room kept for the answer when checking a prompt's length
 
 
-# Sequence 0 is the conversation; 1..N_SEQ-1 serve quality mode's rows decoded again (one per run, so
-# a whole set of runs goes through llama.cpp in one batch: its small-batch path is ~6x slower per row).
+# Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
+# runs goes through llama.cpp in one batch: its small-batch path is ~6x slower per row) and probes.
 N_SEQ = 32
+
+
+@dataclass
+class PrefillReport:
+    """What a prefill did; the engine copies it into the request's Timings."""
+
+    mode: str = "off"  # the mode that ran: "off" when RidgeFill was refused
+    split: int | None = None
+    tail: int | None = None
+    bulk_n: int = 0  # rows that took the RidgeFill path
+    exact_n: int = 0  # bulk rows made exact again through every layer (quality, guided)
+    cache_n: int = 0
+    prompt_ms: float = 0.0
+    breakdown_ms: dict = field(default_factory=dict)  # RidgeFill's phases (lower, predict, write, ..., tail)
+    note: str = ""  # why the requested mode did not run as asked, if it did not
+    warnings: list[str] = field(default_factory=list)
+
+
+class PrefillStrategy(Protocol):
+    """A decided way to prefill one request (see backend/ridgefill/plan.py for the deciding)."""
+
+    def run(self, engine: "Engine", tokens: list[int], *, reuse_prefix: bool, on_event: "EventSink | None",
+            cancel: "CancelCheck | None") -> PrefillReport: ...
+
+
+# (engine, request, prompt length) -> the strategy for this request
+Planner = Callable[["Engine", CompletionRequest, int], PrefillStrategy]
+
+
+@dataclass
+class ExactPrefill:
+    """The exact model, chunk by chunk; `note` says why a RidgeFill request came here, if it did."""
+
+    note: str = ""
+
+    def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
+        cache_n, ms = engine.prefill(tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
+        return PrefillReport(mode="off", cache_n=cache_n, prompt_ms=ms, note=self.note)
 
 
 def _install_llama_log_filter() -> None:
@@ -115,7 +155,8 @@ class Engine:
         # Several sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows
         # again on sequences that share sequence 0's cells, then hands the new cells to sequence 0.
         # Everything else uses sequence 0 only.
-        cparams.n_seq_max = N_SEQ
+        self.n_seq = N_SEQ
+        cparams.n_seq_max = self.n_seq
         cparams.kv_unified = True
         cparams.n_threads = config.n_threads
         cparams.n_threads_batch = config.n_threads
@@ -136,11 +177,9 @@ class Engine:
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
-        # The tokens whose KV is in the cache (sequence 0), in order, and whether they were computed
-        # exactly: an approximate (RidgeFill) prefix must never be reused by an exact request.
-        self.kv_tokens: list[int] = []
-        self.kv_exact = True
-        self.kv_tag: str | None = None  # which RidgeFill split/maps wrote the approximated rows
+        # What sequence 0's cells hold, row by row (exact or approximated, and how): written only by
+        # this class's decode/truncate and by mark_exact.
+        self.cache = CachedRows()
 
         template = self.info.chat_template
         self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
@@ -149,7 +188,30 @@ class Engine:
             Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
         )
 
+    # ---- the cache record ----------------------------------------------------------------------
+    @property
+    def kv_tokens(self) -> list[int]:
+        return self.cache.tokens
+
+    @property
+    def kv_exact(self) -> bool:
+        return self.cache.all_exact
+
+    def mark_exact(self, start: int, end: int) -> None:
+        """Rows [start, end) of sequence 0 now hold K/V computed through every layer."""
+        self.cache.mark_exact(start, end)
+
     # ---- eval callback -------------------------------------------------------------------------
+    @contextmanager
+    def hooked(self, hook: EvalHook) -> Iterator[EvalHook]:
+        """Forward the eval callback to `hook` inside the block; the previous hook comes back after,
+        whatever happens."""
+        prev, self.eval_hook = self.eval_hook, hook
+        try:
+            yield hook
+        finally:
+            self.eval_hook = prev
+
     def _on_eval(self, tensor, ask, user_data):  # noqa: ARG002
         """ctypes turns an exception here into `False`, which silently cuts a normal decode, so
         everything is caught: on error, 'not wanted' when asked, 'go on' after computing."""
@@ -215,11 +277,16 @@ class Engine:
             raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
 
     # ---- low level -----------------------------------------------------------------------------
-    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
-        """One llama_decode of up to n_batch tokens at positions start_pos.. (sequence 0)."""
+    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,
+               approx_tag: str | None = None) -> None:
+        """One llama_decode of up to n_batch tokens on sequence 0, right after what is cached, and the
+        record of it: exact rows, or rows approximated under `approx_tag`."""
+        if start_pos != len(self.cache):
+            raise ValueError(f"sequence 0 holds {len(self.cache)} rows; cannot decode at {start_pos}")
         n = len(tokens)
         self.decode_rows(tokens, range(start_pos, start_pos + n), [0] * n, logits_last=logits_last,
                          logits_all=logits_all)
+        self.cache.append(tokens, approx_tag)
 
     def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
                     logits_all: bool = False) -> None:
@@ -249,16 +316,11 @@ class Engine:
 
     def truncate_cache(self, n_keep: int) -> None:
         """Drop cached KV from position n_keep on."""
+        if n_keep > 0 and not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            n_keep = 0
         if n_keep <= 0:
             llama_cpp.llama_memory_clear(self._mem, True)
-            self.kv_tokens = []
-            self.kv_exact = True
-            self.kv_tag = None
-            return
-        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
-            llama_cpp.llama_memory_clear(self._mem, True)
-            n_keep = 0
-        del self.kv_tokens[n_keep:]
+        self.cache.truncate(max(0, n_keep))
 
     def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
         """Let sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
@@ -270,18 +332,14 @@ class Engine:
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
             raise EngineError(f"llama.cpp could not remove positions {p0}..{p1} of sequence {seq}")
 
-    def reusable_prefix(self, tokens: list[int], *, exact_only: bool) -> int:
-        """How many leading tokens of `tokens` are already in the cache and may be reused.
+    def clear_spare_sequences(self) -> None:
+        """Sequences 1.. (rows decoded again, probes) let go of every cell."""
+        for s in range(1, self.n_seq):
+            self.seq_remove(s, -1, -1)
 
-        At least one token is always left to decode, so the request gets fresh logits."""
-        if exact_only and not self.kv_exact:
-            return 0
-        n = 0
-        for a, b in zip(self.kv_tokens, tokens):
-            if a != b:
-                break
-            n += 1
-        return min(n, len(tokens) - 1)
+    def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
+        """Leading `tokens` already cached that a request may reuse (see kv_cache.CachedRows)."""
+        return self.cache.reusable_prefix(tokens, accept_tag)
 
     # ---- prefill and decode --------------------------------------------------------------------
     def prefill(
@@ -295,15 +353,15 @@ class Engine:
         """Exact chunked prefill. Returns (cache_n, prompt_ms). Leaves the last token's logits ready.
 
         Raises Cancelled between chunks; the chunks already done stay cached for the next request."""
-        cache_n = self.reusable_prefix(tokens, exact_only=True) if reuse_prefix else 0
+        cache_n = self.reusable_prefix(tokens) if reuse_prefix else 0
         self.truncate_cache(cache_n)
         t0 = time.perf_counter()
-        self.decode_exact(tokens, cache_n, chunk_n=self.config.n_batch, t0=t0, on_event=on_event, cancel=cancel)
+        self.prefill_chunks(tokens, cache_n, chunk_n=self.config.n_batch, t0=t0, on_event=on_event, cancel=cancel)
         return cache_n, (time.perf_counter() - t0) * 1000
 
-    def decode_exact(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
-                     on_event: EventSink | None = None, cancel: CancelCheck | None = None,
-                     stage: str = "prefill") -> None:
+    def prefill_chunks(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
+                       on_event: EventSink | None = None, cancel: CancelCheck | None = None,
+                       stage: str = "prefill") -> None:
         """Decode tokens[pos:] exactly, chunk by chunk, onto the cache; the last token's logits are
         left ready. Progress after each chunk (elapsed since t0); Cancelled between chunks."""
         while pos < len(tokens):
@@ -311,7 +369,6 @@ class Engine:
                 raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
             chunk = tokens[pos : pos + chunk_n]
             self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
-            self.kv_tokens.extend(chunk)
             pos += len(chunk)
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage=stage))
@@ -338,7 +395,6 @@ class Engine:
                 raise Cancelled("scoring cancelled")
             chunk = scored[done - 1 : min(done - 1 + n_batch, last_n - 1)]
             self.decode(chunk, pos, logits_last=True, logits_all=True)
-            self.kv_tokens.extend(chunk)
             lp = _log_softmax(self.row_logits(len(chunk)))
             out[done : done + len(chunk)] = lp[np.arange(len(chunk)), scored[done : done + len(chunk)]]
             pos += len(chunk)
@@ -384,10 +440,9 @@ class Engine:
             pieces.append(piece)
             if on_event is not None:
                 on_event(TokenEvent(tok, piece))
-            if len(self.kv_tokens) >= self.n_ctx:
+            if len(self.cache) >= self.n_ctx:
                 break
-            self.decode([tok], len(self.kv_tokens), logits_last=True)
-            self.kv_tokens.append(tok)
+            self.decode([tok], len(self.cache), logits_last=True)
         pieces.append(decoder.decode(b"", final=True))
         return out, "".join(pieces), finish, first_token_at
 
@@ -395,22 +450,31 @@ class Engine:
         self,
         request: CompletionRequest,
         *,
+        planner: Planner | None = None,
         on_event: EventSink | None = None,
         cancel: CancelCheck | None = None,
     ) -> CompletionResult:
-        """Prefill the request's prompt (the mode picks how) and generate the answer."""
+        """Prefill the request's prompt the way `planner` decides (exact without one) and generate the
+        answer. RidgeFill modes need RidgeFill's planner: `backend.completion.complete` passes it."""
         t_start = time.perf_counter()
         tokens = self.prompt_tokens(request)
         self.check_fits(len(tokens), request.max_tokens)
-        timings = Timings(mode="off")
-        if request.mode == "off":
-            cache_n, prompt_ms = self.prefill(tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+        if planner is None:
+            if request.mode != "off":
+                raise ValueError(f"mode {request.mode!r} needs a planner (use backend.completion.complete)")
+            strategy: PrefillStrategy = ExactPrefill()
         else:
-            cache_n, prompt_ms = self._ridgefill_prefill(request, tokens, timings, on_event, cancel)
-        timings.cache_n = cache_n
-        timings.prompt_n = len(tokens) - cache_n
-        timings.prompt_ms = prompt_ms
-        timings.prompt_per_second = timings.prompt_n / (prompt_ms / 1000) if prompt_ms > 0 else 0.0
+            strategy = planner(self, request, len(tokens))
+        rep = strategy.run(self, tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+        timings = Timings(mode=rep.mode)
+        if rep.mode != "off":
+            timings.split, timings.tail, timings.bulk_n, timings.exact_n = rep.split, rep.tail, rep.bulk_n, rep.exact_n
+            timings.breakdown_ms = dict(rep.breakdown_ms)
+        timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
+        timings.cache_n = rep.cache_n
+        timings.prompt_n = len(tokens) - rep.cache_n
+        timings.prompt_ms = rep.prompt_ms
+        timings.prompt_per_second = timings.prompt_n / (rep.prompt_ms / 1000) if rep.prompt_ms > 0 else 0.0
         t_gen = time.perf_counter()
         max_new = min(request.max_tokens, self.n_ctx - len(tokens))
         out, text, finish, first_at = self.generate(
@@ -422,22 +486,6 @@ class Engine:
         timings.predicted_ms = (t_end - t_gen) * 1000
         timings.predicted_per_second = len(out) / (t_end - t_gen) if t_end > t_gen and out else 0.0
         return CompletionResult(text=text, finish_reason=finish, timings=timings, prompt_tokens=len(tokens), tokens=out)
-
-    def _ridgefill_prefill(self, request, tokens, timings, on_event, cancel) -> tuple[int, float]:
-        """speed / plumb / quality: RidgeFill prefill; a refusal runs exact and says why in the note."""
-        from .ridgefill.defaults import default_split, default_tail
-        from .ridgefill.injection import ridgefill_prefill
-
-        split = request.split if request.split is not None else default_split(self.info)
-        tail = request.tail if request.tail is not None else default_tail(self.info)
-        rep = ridgefill_prefill(self, tokens, request.mode, split, tail, cancel=cancel, on_event=on_event,
-                                reuse_prefix=request.reuse_prefix, share=request.quality_share)
-        timings.mode = rep.mode
-        if rep.mode != "off":
-            timings.split, timings.tail, timings.bulk_n, timings.exact_n = split, tail, rep.bulk_n, rep.exact_n
-            timings.breakdown_ms = dict(rep.breakdown_ms)
-        timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
-        return rep.cache_n, rep.prompt_ms
 
     # ---- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:

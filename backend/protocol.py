@@ -4,7 +4,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-Mode = Literal["off", "speed", "plumb", "quality"]
+Mode = Literal["off", "speed", "quality", "guided", "plumb"]
+# Every mode a request may ask for, in the order the UI offers them; all but "off" are RidgeFill's.
+# plumb is the oracle (true late-layer inputs through the same write path): for tests and evals.
+MODES: tuple[str, ...] = ("off", "speed", "quality", "guided", "plumb")
+RIDGEFILL_MODES: tuple[str, ...] = MODES[1:]
 
 
 @dataclass

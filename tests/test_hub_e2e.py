@@ -63,15 +63,16 @@ def test_cli_downloads_model_and_maps_then_speed_runs(tmp_path):
     # The engine, with its default map lookup under this RIDGEFILL_HOME, runs speed on the downloaded files.
     code = f"""
 import sys
+from backend.completion import complete
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
 from backend.corpus import corpus_texts
 eng = Engine(EngineConfig(model_path=r'{model}', n_ctx=4096))
 toks = eng.tokenize(' '.join(corpus_texts()))[:1700]
 # A short probe first: an engine that knows the modes explains why it ran exact (too few rows).
-probe = eng.complete(CompletionRequest(prompt='Hello', max_tokens=1, temperature=0.0, mode='speed', split={split}, tail=512))
+probe = complete(eng, CompletionRequest(prompt='Hello', max_tokens=1, temperature=0.0, mode='speed', split={split}, tail=512))
 if probe.timings.note:
-    res = eng.complete(CompletionRequest(prompt=eng.detokenize(toks), max_tokens=4, temperature=0.0,
+    res = complete(eng, CompletionRequest(prompt=eng.detokenize(toks), max_tokens=4, temperature=0.0,
                                          mode='speed', split={split}, tail=512))
     t = res.timings
     print('RAN', t.mode, t.bulk_n, 'NOTE', t.note)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from backend.protocol import CompletionRequest
-from backend.ridgefill.injection import engine_state, ridgefill_prefill
+from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.setup import ridgefill_setup as engine_state
 from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, batches, select_runs, token_score
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
@@ -33,9 +34,7 @@ def seq_range(engine, seq):
 
 
 def others_empty(engine):
-    from backend.engine import N_SEQ
-
-    return all(seq_range(engine, s)[1] == -1 for s in range(1, N_SEQ))
+    return all(seq_range(engine, s)[1] == -1 for s in range(1, engine.n_seq))
 
 
 def test_the_score_prefers_digits_then_names_and_numbers_bring_their_context(engine):

@@ -8,7 +8,8 @@ import pytest
 
 from backend.engine import Engine, EngineConfig
 from backend.ridgefill.capture import capture_streams
-from backend.ridgefill.injection import engine_state, ridgefill_prefill
+from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.setup import ridgefill_setup as engine_state
 from tiny_gguf import D, write_tiny_gguf  # tests/ is on sys.path (pytest prepend mode)
 
 
@@ -123,7 +124,7 @@ def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama):
     with pytest.raises(Cancelled):
         rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
     assert tiny_llama.eval_hook is None and tiny_llama.kv_exact is False
-    assert tiny_llama.reusable_prefix(toks, exact_only=True) == 0
+    assert tiny_llama.reusable_prefix(toks) == 0
     rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
     assert rep.mode == "speed" and rep.bulk_n == len(toks) - 512
 

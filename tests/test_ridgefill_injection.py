@@ -10,7 +10,9 @@ from backend.corpus import corpus_texts
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
 from backend.ridgefill.capture import capture_streams
-from backend.ridgefill.injection import engine_state, ridgefill_prefill
+from backend.completion import complete
+from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.setup import ridgefill_setup as engine_state
 
 TAIL = 512
 
@@ -67,7 +69,7 @@ def test_short_prompt_and_bad_split_run_exact_with_a_reason(engine):
     assert rep.mode == "off" and "split 30" in rep.note
     rep = ridgefill_prefill(engine, induction_prompt(engine, 1600), "speed", 7, TAIL)  # no maps at split 7
     assert rep.mode == "off" and "maps unavailable" in rep.note
-    res = engine.complete(CompletionRequest(prompt="Hello there.", max_tokens=2, mode="speed"))
+    res = complete(engine, CompletionRequest(prompt="Hello there.", max_tokens=2, mode="speed"))
     assert res.timings.mode == "off" and res.timings.note and res.timings.bulk_n == 0
 
 
@@ -119,7 +121,7 @@ def test_plumb_equals_off_and_the_control_fails(engine):
 def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approximate_rows(engine):
     text = engine.detokenize(induction_prompt(engine, 1700)[1:])
     off = engine.complete(CompletionRequest(prompt=text, max_tokens=6, mode="off", reuse_prefix=False))
-    plumb = engine.complete(CompletionRequest(prompt=text, max_tokens=6, mode="plumb", split=18))
+    plumb = complete(engine, CompletionRequest(prompt=text, max_tokens=6, mode="plumb", split=18))
     t = plumb.timings
     assert (t.mode, t.split, t.tail) == ("plumb", 18, 512) and t.bulk_n == (plumb.prompt_tokens - 512) // 512 * 512
     assert plumb.tokens == off.tokens

@@ -5,6 +5,7 @@ import json
 import sys
 
 from app.commands.common import format_timings, open_engine, stderr_progress
+from backend.completion import complete
 from backend.documents import document_messages, read_document
 from backend.protocol import ChatMessage, CompletionRequest, TokenEvent
 
@@ -38,7 +39,7 @@ def run(args) -> int:
         if stream and isinstance(event, TokenEvent):
             print(event.text, end="", flush=True)
 
-    result = engine.complete(request, on_event=on_event)
+    result = complete(engine, request, on_event=on_event)
     if args.json:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
                           "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict()}))

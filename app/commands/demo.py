@@ -3,6 +3,7 @@ RidgeFill (`speed`) and by the exact model on the same prompt, with both times t
 from __future__ import annotations
 
 from app.commands.common import format_timings, open_engine, stderr_progress
+from backend.completion import complete
 from backend.demo import DEMO_ANSWER, DEMO_QUESTION, demo_document
 from backend.documents import document_messages
 from backend.protocol import CompletionRequest
@@ -24,13 +25,13 @@ def run(args) -> int:
     print(f"Question: {DEMO_QUESTION}\n")
     messages = document_messages(doc.text, DEMO_QUESTION)
     # RidgeFill's one-time set-up (graph layout probe, late-layer K/V weights) is paid here, not in a TTFT.
-    from backend.ridgefill.injection import engine_state
+    from backend.ridgefill.setup import warm_up
 
-    engine_state(engine)
+    warm_up(engine)
     results = {}
     for mode, label in (("speed", "RidgeFill (speed)"), ("off", "Exact model")):
         request = CompletionRequest(messages=messages, max_tokens=24, mode=mode, reuse_prefix=False)
-        result = results[mode] = engine.complete(request, on_event=stderr_progress(mode))
+        result = results[mode] = complete(engine, request, on_event=stderr_progress(mode))
         verdict = "correct" if DEMO_ANSWER in result.text else f"wrong, expected {DEMO_ANSWER}"
         print(f"{label} answers ({verdict}): {result.text.strip()}")
         print(format_timings(result.timings) + "\n")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..completion import complete
 from ..errors import Cancelled, RidgeFillError
 from .needles import NeedleItem
 from .scoring import score
@@ -79,7 +80,7 @@ def effective_tail(engine, length: int, tail: int | None) -> int | None:
     if not tail:
         return tail
     from ..ridgefill.defaults import MIN_BULK
-    from ..ridgefill.injection import bulk_rows
+    from ..ridgefill.plan import bulk_rows
 
     bulk = bulk_rows(engine, length, tail)
     return length if bulk < MIN_BULK else length - bulk
@@ -89,7 +90,7 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
              cancel: Callable[[], bool] | None = None) -> dict:
     """Run one item in one mode and return its result line."""
     t0 = time.perf_counter()
-    result = engine.complete(item.request(mode, split, tail), cancel=cancel)
+    result = complete(engine, item.request(mode, split, tail), cancel=cancel)
     if result.finish_reason == "cancelled":  # a half answer must not be scored or saved
         raise Cancelled(f"item {item.id} cancelled while answering")
     if result.prompt_tokens != item.length:  # the item was built for another tokenizer or template

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..completion import complete
 from ..errors import Cancelled
 from .needles import NeedleItem
 from .nll import NllDocument, run_nll
@@ -58,7 +59,7 @@ def measure_ttft(engine, item: NeedleItem, mode: str, split: int | None, tail: i
             raise Cancelled("sweep cancelled")
         req = item.request(mode, split, tail)
         req.max_tokens = 1
-        res = engine.complete(req, cancel=cancel)
+        res = complete(engine, req, cancel=cancel)
         if best is None or res.timings.ttft_ms < best.timings.ttft_ms:
             best = res
     t = best.timings

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from ..completion import complete
 from .haystacks import corpus_haystack
 from .needles import build_item
 
@@ -31,12 +32,12 @@ class TtftRow:
 def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int | None, mode: str = "speed",
                    repeats: int = 3, on_progress: Callable[[str], None] | None = None,
                    cancel: Callable[[], bool] | None = None) -> list[TtftRow]:
-    from ..ridgefill.injection import engine_state
+    from ..ridgefill.setup import warm_up
 
-    engine_state(engine)  # RidgeFill's one-time set-up (layout probe, K/V weights) stays out of the timings
+    warm_up(engine)  # RidgeFill's one-time set-up (layout probe, K/V weights) stays out of the timings
     hay, cache = corpus_haystack(), {}
     # One short exact request first: the first decode of a context pays one-off set-up costs.
-    engine.complete(build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=cache).request("off"),
+    complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=cache).request("off"),
                     cancel=cancel)
     rows = []
     for n in lengths:
@@ -48,7 +49,7 @@ def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int |
                     on_progress(f"{n} tokens, {m}, run {r + 1}/{repeats}")
                 req = item.request(m, split, tail)
                 req.max_tokens, req.reuse_prefix = 1, False
-                runs[m].append(engine.complete(req, cancel=cancel).timings)
+                runs[m].append(complete(engine, req, cancel=cancel).timings)
         off, fast = runs["off"], runs[mode]
         off_ms = statistics.median(t.ttft_ms for t in off)
         fast_ms = statistics.median(t.ttft_ms for t in fast)

@@ -73,9 +73,6 @@ class GraphLayout:
     layers: dict[int, LayerLayout] = field(default_factory=dict)
     set_rows_op: int = -1  # this build's enum value of GGML_OP_SET_ROWS
 
-    def index_names(self) -> set[str]:
-        return {x for ll in self.layers.values() for x in (ll.k_index, ll.v_index)}
-
     def cache_index(self) -> dict[str, str]:
         """cache tensor name -> its cell-index group, for reading indices during a bulk ubatch."""
         out = {}
@@ -148,15 +145,14 @@ def discover(engine) -> GraphLayout:
     if problem:
         raise LayoutRefused(problem)
     col = _Collector()
-    prev = engine.eval_hook
     n_keep = len(engine.kv_tokens)  # decode after what is cached, then remove it: the cache survives
     if n_keep + 1 > engine.n_ctx:
         engine.truncate_cache(0)
         n_keep = 0
-    engine.eval_hook = col
     try:
         tok = engine.tokenize("a", add_special=True)[:1] or [0]
-        engine.decode(tok, n_keep, logits_last=True)
+        with engine.hooked(col):
+            engine.decode(tok, n_keep, logits_last=True)
         # Rope params and value shapes must be read while the graph is alive (its nodes are freed or
         # reused by the next decode); cache tensors themselves live as long as the context.
         layout = GraphLayout(set_rows_op=col.set_rows_op)
@@ -192,7 +188,6 @@ def discover(engine) -> GraphLayout:
             layout.layers[il] = LayerLayout(il, kc, vc, kidx, vidx, d["rope"], n_head_kv, head_dim,
                                             vc.n_embd_gqa // n_head_kv)
     finally:
-        engine.eval_hook = prev
         engine.truncate_cache(n_keep)
     if sorted(layout.layers) != list(range(engine.info.n_layer)):
         raise LayoutRefused(

@@ -22,7 +22,7 @@ def stream_node_names(il: int) -> tuple[str, ...]:
 
 class StreamTap:
     """Eval hook that copies the wanted streams of one ubatch; optionally stops the graph after the
-    node `cut_after` has been read (then: yes to every ask, no to every 'go on', per RIDGEFILL.md)."""
+    node `cut_after` has been read (then: yes to every ask, no to every 'go on', per docs/RIDGEFILL.md)."""
 
     def __init__(self, layers: list[int], cut_after: str | None = None):
         self.by_name: dict[str, int] = {}
@@ -94,8 +94,6 @@ def capture_streams(
     out: dict[int, list[np.ndarray]] = {il: [] for il in layers}
     done = 0
     counter = 0
-    prev_hook = engine.eval_hook
-    engine.eval_hook = tap
     try:
         for seq in token_seqs:
             engine.truncate_cache(0)
@@ -104,8 +102,8 @@ def capture_streams(
                     raise Cancelled(f"capture cancelled after {done} of {total} tokens")
                 chunk = seq[start : start + chunk_n]
                 tap.reset()
-                engine.decode(chunk, start, logits_last=False)
-                engine.kv_exact = False
+                with engine.hooked(tap):  # rows past the cut are not computed: never exact
+                    engine.decode(chunk, start, logits_last=False, approx_tag="capture")
                 if tap.error:
                     raise RidgeFillError(f"capture failed reading {tap.error}")
                 keep = np.nonzero((counter + np.arange(len(chunk))) % stride == 0)[0]
@@ -123,7 +121,6 @@ def capture_streams(
                 if on_progress is not None:
                     on_progress(done, total)
     finally:
-        engine.eval_hook = prev_hook
         engine.truncate_cache(0)
     n_embd = engine.info.n_embd
     return {il: (np.concatenate(v) if v else np.zeros((0, n_embd), dtype)) for il, v in out.items()}

@@ -1,4 +1,4 @@
-"""quality mode: a share of bulk rows, chosen by a per-token score, made exact through every layer.
+"""Bulk rows made exact again through every layer (quality and guided), and quality's choice of them.
 
 After the speed pass has written every bulk row's late-layer K/V from predictions, the selected rows are
 decoded again by llama.cpp at their own positions, each run on its own sequence, which shares sequence
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+from ..errors import Cancelled
 
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 MERGE_GAP = 3  # selected rows this close are decoded as one run, the rows between them included
@@ -62,8 +64,14 @@ def select_runs(engine, tokens: list[int], start: int, end: int, share: float = 
             chosen.update(range(max(start, p - NUMBER_LEAD), min(end, p + 1 + NUMBER_TRAIL)))
         else:
             chosen.add(p)
+    return runs_of(chosen, max_run)
+
+
+def runs_of(positions, max_run: int) -> list[Run]:
+    """Positions merged, in order, into runs where they lie within MERGE_GAP rows of each other (the
+    rows between included), each at most `max_run` rows."""
     runs: list[Run] = []
-    for p in sorted(chosen):
+    for p in sorted(set(positions)):
         if runs and p - runs[-1].end < MERGE_GAP and p + 1 - runs[-1].start <= max_run:
             runs[-1] = Run(runs[-1].start, p + 1)
         else:
@@ -89,11 +97,8 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
     costs ~6x more per row at 4K tokens). Sequences 1.. are empty afterwards, whatever happens."""
-    from ..engine import N_SEQ
-    from ..errors import Cancelled
-
     done = 0
-    groups = batches(runs, engine.config.n_batch, N_SEQ - 1)
+    groups = batches(runs, engine.config.n_batch, engine.n_seq - 1)
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
@@ -109,8 +114,8 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
                 engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
                 engine.seq_remove(s, -1, -1)
+                engine.mark_exact(run.start, run.end)
                 done += len(run)
     finally:
-        for s in range(1, N_SEQ):
-            engine.seq_remove(s, -1, -1)
+        engine.clear_spare_sequences()
     return done

@@ -1,0 +1,12 @@
+"""One request, end to end: the Engine generates, RidgeFill's planner decides how the prompt is
+prefilled. Everything that answers a request (the engine process, the CLI, the evals) calls this."""
+from __future__ import annotations
+
+from .engine import CancelCheck, Engine, EventSink
+from .protocol import CompletionRequest, CompletionResult
+from .ridgefill.plan import plan_prefill
+
+
+def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink | None = None,
+             cancel: CancelCheck | None = None) -> CompletionResult:
+    return engine.complete(request, planner=plan_prefill, on_event=on_event, cancel=cancel)

@@ -1,0 +1,79 @@
+"""What the KV cache holds on sequence 0, row by row: the one record of it, kept by the Engine.
+
+Each row is a token and how its K/V were written: exactly (through every layer), or approximated by
+RidgeFill under a tag that names the split and maps that wrote it. Prefix reuse reads this record,
+like a llama.cpp server slot reads its cache tokens:
+- an exact request reuses rows up to the first approximated one (every row before it saw only exact
+  history);
+- a RidgeFill request may also reuse rows approximated under its own tag (the same split and maps
+  would write the same K/V again).
+Rows decoded again through every layer (quality, guided) are marked exact, so a follow-up question
+knows which rows it still has to make exact.
+"""
+from __future__ import annotations
+
+
+class CachedRows:
+    def __init__(self) -> None:
+        self._tokens: list[int] = []
+        self._how: list[str | None] = []  # per row: None = exact, else the approximation's tag
+        # per row: its cell in the cache of the lower layers, where known (-1 else). RidgeFill records
+        # it for the rows it approximates; scoring them (guided) reads their exact lower-layer keys there.
+        self._cell: list[int] = []
+
+    # ---- reading ---------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> list[int]:
+        """The cached tokens, in position order (a copy)."""
+        return list(self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def all_exact(self) -> bool:
+        return all(h is None for h in self._how)
+
+    def tags(self) -> set[str]:
+        return {h for h in self._how if h is not None}
+
+    def approximated(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Positions in [start, end) whose rows are approximated."""
+        end = len(self._how) if end is None else min(end, len(self._how))
+        return [p for p in range(max(0, start), end) if self._how[p] is not None]
+
+    def cells(self, positions: list[int]) -> list[int]:
+        return [self._cell[p] for p in positions]
+
+    def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
+        """How many leading `tokens` are cached and may be reused: rows that match, each exact or
+        approximated under `accept_tag`. At least one token is always left to decode, so the request
+        gets fresh logits."""
+        n = 0
+        for cached, how, tok in zip(self._tokens, self._how, tokens):
+            if cached != tok or (how is not None and how != accept_tag):
+                break
+            n += 1
+        return max(0, min(n, len(tokens) - 1))
+
+    # ---- writing (the Engine calls these as it decodes and truncates) ----------------------------
+    def append(self, tokens: list[int], tag: str | None = None) -> None:
+        self._tokens.extend(tokens)
+        self._how.extend([tag] * len(tokens))
+        self._cell.extend([-1] * len(tokens))
+
+    def record_cells(self, start: int, cells) -> None:
+        """The cells that rows start.. were written to (as the decode's cell-index input said)."""
+        if cells is not None:
+            self._cell[start : start + len(cells)] = [int(c) for c in cells]
+
+    def mark_exact(self, start: int, end: int) -> None:
+        """Rows decoded again through every layer (into new cells)."""
+        for p in range(max(0, start), min(end, len(self._how))):
+            self._how[p] = None
+            self._cell[p] = -1
+
+    def truncate(self, n_keep: int) -> None:
+        del self._tokens[max(0, n_keep):]
+        del self._how[max(0, n_keep):]
+        del self._cell[max(0, n_keep):]

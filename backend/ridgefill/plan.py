@@ -1,0 +1,104 @@
+"""The one place that decides how a request is prefilled: `plan_prefill`.
+
+It answers what will run (exact, speed, quality, guided or plumb), with which split, tail and maps, and
+why a requested mode is not what runs. Everything else executes a plan: the Engine runs whatever
+strategy it is given (`ExactPrefill`, or a `RidgeFillPlan` whose `run` is injection.run_plan).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine import ExactPrefill, PrefillReport
+from ..protocol import RIDGEFILL_MODES, CompletionRequest
+from .defaults import MIN_BULK, MIN_TAIL, default_split, default_tail
+from .setup import ridgefill_setup
+
+
+@dataclass
+class RidgeFillPlan:
+    mode: str  # speed | quality | guided | plumb: what will run
+    split: int
+    tail: int
+    maps: object | None = None  # RidgeMaps (or any object with split/layers/predict); None for plumb
+    tag: str | None = None  # how this plan's approximated rows are written (prefix reuse compares it)
+    note: str = ""  # why the mode differs from the one asked for
+    warnings: list[str] = field(default_factory=list)
+    share: float | None = None  # quality: share of bulk rows made exact
+    write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
+
+    def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
+        from .injection import run_plan
+
+        return run_plan(engine, self, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
+
+
+def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
+    """Rows that take the RidgeFill path: those with at least `tail` rows after them.
+
+    `plumb` rounds them down to whole prefill chunks, so bulk and tail fall into the same ubatches as an
+    exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
+    stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
+    rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
+    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
+    about 32 s at 8,000 tokens, S=15)."""
+    n = max(0, n_tokens - tail)
+    if mode == "plumb":
+        chunk = min(engine.config.n_batch, engine.config.n_ubatch)
+        return n // chunk * chunk
+    return n
+
+
+def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | None:
+    """Why RidgeFill cannot run on this request (None when it can), before any maps are looked up."""
+    if mode not in RIDGEFILL_MODES:
+        return f"unknown mode {mode!r}: ran exact."
+    L = engine.info.n_layer
+    if not 0 < split < L:
+        return f"split {split} is outside 1..{L - 1} for this {L}-layer model: ran exact."
+    if tail < MIN_TAIL:
+        return f"tail {tail} is below the minimum {MIN_TAIL}: ran exact."
+    bulk = bulk_rows(engine, n_tokens, tail, mode)
+    if bulk < MIN_BULK:
+        return (f"the prompt has {bulk:,} rows before the {tail}-token exact tail, fewer than "
+                f"{MIN_BULK:,}: nothing to win, ran exact.")
+    return ridgefill_setup(engine).refused
+
+
+def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, maps=None,
+                   share: float | None = None, write_late: bool = True) -> RidgeFillPlan | ExactPrefill:
+    """A RidgeFill plan for a prompt of `n_tokens`, or ExactPrefill with the reason it cannot run.
+    `maps` None: the verified maps for this model and split (loaded once, see setup.py)."""
+    why = refusal(engine, n_tokens, mode, split, tail)
+    if why:
+        return ExactPrefill(why)
+    setup = ridgefill_setup(engine)
+    note = ""
+    if mode in ("quality", "guided") and setup.swa_layers:
+        # A row decoded again deep in the prompt would find its sliding-window history already evicted.
+        note = f"{mode} mode needs a model without sliding-window layers: ran speed."
+        mode = "speed"
+    if mode == "plumb":
+        return RidgeFillPlan("plumb", split, tail, write_late=write_late)
+    if maps is None:
+        from .maps import MapsMissing, MapsRefused
+
+        try:
+            maps = setup.maps(split)
+        except (MapsMissing, MapsRefused) as exc:
+            return ExactPrefill(f"RidgeFill maps unavailable ({exc}); ran exact.")
+    late = set(range(split + 1, engine.info.n_layer))
+    if getattr(maps, "split", split) != split or set(maps.layers) != late:
+        return ExactPrefill(f"the maps are for split {getattr(maps, 'split', '?')} and layers "
+                            f"{list(maps.layers)[:1]}.., not split {split}: ran exact.")
+    tag = f"s{split}:{getattr(maps, 'folder', id(maps))}"
+    return RidgeFillPlan(mode, split, tail, maps=maps, tag=tag, note=note,
+                         warnings=list(getattr(maps, "warnings", []) or []), share=share, write_late=write_late)
+
+
+def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:
+    """How to prefill `request` (a prompt of `n_tokens`): the Engine's planner."""
+    if request.mode == "off":
+        return ExactPrefill()
+    split = request.split if request.split is not None else default_split(engine.info)
+    tail = request.tail if request.tail is not None else default_tail(engine.info)
+    return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share)

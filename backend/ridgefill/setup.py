@@ -1,0 +1,140 @@
+"""RidgeFill's per-engine set-up, found once and reused by every request: the graph layout (or why it
+was refused), the K/V (and scoring Q) weights, the sliding-window layers, and the verified map sets.
+
+Maps are loaded and verified (sha256 of every file, model fingerprint) once per split; later requests
+reuse them until a map folder changes (a file's size or mtime, or which folders exist: stat calls
+only), so no request hashes map files.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+from pathlib import Path
+
+from ..errors import RidgeFillError
+from ..model_file import open_reader
+from .cache_layout import GraphLayout, discover
+from .kv_writer import KVWriter
+
+log = logging.getLogger(__name__)
+
+
+def _sliding_window(model_path: str) -> int:
+    reader = open_reader(Path(model_path))
+    arch = str(reader.fields["general.architecture"].contents())
+    f = reader.fields.get(f"{arch}.attention.sliding_window")
+    return int(f.contents()) if f is not None else 0
+
+
+def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
+    """Sliding-window layers, whose bulk rows outside the tail's window are never read again.
+
+    gemma3: llama.cpp makes every 6th layer global (set_swa_pattern(6)). Taken only when the graph
+    agrees: the global and the sliding layers write through two different cell-index inputs."""
+    if info.architecture != "gemma3" or n_swa <= 0:
+        return set()
+    swa = {il for il in layout.layers if il % 6 != 5}
+    glob = set(layout.layers) - swa
+    swa_groups = {layout.layers[il].k_index for il in swa}
+    glob_groups = {layout.layers[il].k_index for il in glob}
+    if len(swa_groups) == 1 and len(glob_groups) == 1 and swa_groups != glob_groups:
+        return swa
+    return set()
+
+
+def _folder_stamp(dirs: list[Path], split: int) -> tuple:
+    """What a map look-up for `split` depends on, from stat calls only: every folder of that split in
+    the search dirs, and each file's size and mtime."""
+    out = []
+    for d in dirs:
+        if not Path(d).is_dir():
+            continue
+        for sub in sorted(Path(d).iterdir()):
+            if sub.is_dir() and sub.name.endswith(f"-s{split:02d}"):
+                for f in sorted(sub.iterdir()):
+                    st = f.stat()
+                    out.append((str(f), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+class RidgeFillSetup:
+    def __init__(self, engine):
+        self.model_path = engine.info.path
+        self.layout: GraphLayout | None = None
+        self.refused: str | None = None
+        self.writer: KVWriter | None = None
+        self.n_swa = 0
+        self.swa_layers: set[int] = set()
+        self._maps: dict[int, tuple[tuple, object]] = {}
+        self._query_path = None
+        self._n_head = engine.info.n_head  # split -> (folder stamp, RidgeMaps or the error)
+        try:
+            self.layout = discover(engine)
+            self.n_swa = _sliding_window(engine.info.path)
+            self.swa_layers = _swa_layers(engine.info, self.layout, self.n_swa)
+            # K/V weights of every layer that can be late, for any split (tens of MB for small models),
+            # so a warm-up pays for the dequantization instead of the first request.
+            self.writer = KVWriter(engine.info.path, self.layout, list(range(1, engine.info.n_layer)))
+            # The fingerprint that map folders are checked against: parsing the GGUF header takes
+            # seconds, which would otherwise land in the first speed request's TTFT.
+            from .fingerprint import model_fingerprint
+
+            model_fingerprint(engine.info.path)
+        except RidgeFillError as exc:  # LayoutRefused, or K/V weights the write path cannot read
+            self.refused = str(exc)
+        except Exception as exc:  # anything unexpected about the graph: refuse, run exact
+            log.exception("RidgeFill layout discovery failed")
+            self.refused = f"RidgeFill is off: the graph could not be inspected ({type(exc).__name__}: {exc})."
+
+    def query_path(self, layers: list[int]):
+        """The Q path of `layers` (guided scoring), loaded on first use and grown as needed."""
+        from .query_path import QueryPath
+
+        if self._query_path is None or not set(layers) <= set(self._query_path.weights):
+            have = set(self._query_path.weights) if self._query_path else set()
+            self._query_path = QueryPath(self.model_path, self.layout, sorted(have | set(layers)), self._n_head)
+        return self._query_path
+
+    def maps(self, split: int):
+        """The verified RidgeMaps for `split`; raises MapsMissing / MapsRefused (cached the same way)."""
+        from .map_store import default_map_dirs
+        from .maps import MapsMissing, MapsRefused, find_maps
+
+        dirs = default_map_dirs()
+        stamp = _folder_stamp(dirs, split)
+        hit = self._maps.get(split)
+        if hit is None or hit[0] != stamp:
+            try:
+                found: object = find_maps(self.model_path, split, dirs)
+            except (MapsMissing, MapsRefused) as exc:
+                found = exc
+            hit = self._maps[split] = (stamp, found)
+        if isinstance(hit[1], Exception):
+            raise hit[1]
+        return hit[1]
+
+
+_SETUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def ridgefill_setup(engine) -> RidgeFillSetup:
+    """The engine's RidgeFill set-up, made on first use (a discovery decode and weight loading)."""
+    st = _SETUPS.get(engine)
+    if st is None:
+        st = _SETUPS[engine] = RidgeFillSetup(engine)
+    return st
+
+
+def warm_up(engine, split: int | None = None) -> RidgeFillSetup:
+    """Pay RidgeFill's one-time costs before any request is timed: the set-up, and the maps of `split`
+    (the model's default split when None) loaded and verified, if there are any."""
+    from .defaults import default_split
+    from .maps import MapsMissing, MapsRefused
+
+    st = ridgefill_setup(engine)
+    if st.refused is None:
+        try:
+            st.maps(default_split(engine.info) if split is None else split)
+        except (MapsMissing, MapsRefused):
+            pass  # a request will say so
+    return st
