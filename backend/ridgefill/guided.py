@@ -1,0 +1,122 @@
+"""guided mode: the question's own attention at the exact lower layers picks the bulk rows to make exact.
+
+After the bulk pass, the last WINDOW prompt rows (the question and the template's assistant header) run
+through the layers below the split on a spare sequence that shares sequence 0's bulk cells (the probe;
+the cache is left as it was). At each scoring layer, their queries (the captured layer input through
+the layer's own Q path, RoPE at their true positions) meet every approximated bulk row's exact key,
+read from the cache: softmax over the bulk per head and window row, summed over the window, max over
+heads (retrieval heads are few), average-pooled over neighbouring rows, combined over layers. The
+best rows, each with a window that reaches forward to the value it introduces, are decoded again
+through every layer (selected_rows.redecode_exact), then the exact tail runs.
+
+Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
+instead of at their true positions: only the layers below the scoring layer see that shift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .capture import StreamTap
+from .selected_rows import Run, runs_of
+
+
+@dataclass(frozen=True)
+class GuidedParams:
+    window: int = 32  # prompt rows whose attention scores the bulk
+    layers: tuple[float, ...] = (0.6,)  # scoring layers, as shares of the split (rounded, below it)
+    pool: int = 5  # average-pooling kernel over neighbouring rows
+    back: int = 4  # rows taken before a selected row
+    forward: int = 20  # rows taken after it: the question repeats the key; the value follows
+    budget: int = 96  # rows made exact per question, at most (plus one window's overshoot)
+
+    def scoring_layers(self, split: int) -> list[int]:
+        return sorted({min(split - 1, max(1, round(f * split))) for f in self.layers})
+
+
+DEFAULT = GuidedParams()
+
+
+def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> dict[int, np.ndarray]:
+    """The streams entering `layers` for the last `window` prompt rows, from a decode on sequence 1
+    through the layers below max(layers) only. Sequence 1 shares sequence 0's cells for the decode and
+    lets go of every cell after, so the cache is as it was."""
+    n_cached = len(engine.cache)
+    rows = tokens[-window:]
+    tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
+    engine.seq_copy(0, 1, 0, n_cached)
+    try:
+        with engine.hooked(tap):
+            engine.decode_rows(rows, range(n_cached, n_cached + len(rows)), [1] * len(rows))
+    finally:
+        engine.clear_spare_sequences()
+    if tap.error or any(il not in tap.rows for il in layers):
+        from .cache_layout import LayoutRefused
+
+        raise LayoutRefused(f"guided probe: {tap.error or 'a scoring layer stream was not seen'}")
+    return tap.rows
+
+
+def attention_scores(queries: torch.Tensor, keys: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Per bulk row, the attention it gets: queries (w, n_head, d), keys (n, n_head_kv, d) →
+    softmax over the n rows per head and query, summed over the w queries, max over heads: (n,)."""
+    n_head, n_head_kv = queries.shape[1], keys.shape[1]
+    k = keys.repeat_interleave(n_head // n_head_kv, dim=1)  # (n, n_head, d): grouped-query heads
+    logits = torch.einsum("whd,nhd->hwn", queries, k) / head_dim**0.5
+    return logits.softmax(dim=-1).sum(dim=1).amax(dim=0)
+
+
+def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
+    if kernel <= 1:
+        return scores
+    return torch.nn.functional.avg_pool1d(scores[None, None], kernel, stride=1, padding=kernel // 2,
+                                          count_include_pad=False)[0, 0][: scores.shape[0]]
+
+
+def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+               params: GuidedParams) -> torch.Tensor:
+    """One score per candidate row (approximated bulk positions, in order): each layer's pooled
+    attention scaled to a maximum of 1, averaged over the scoring layers."""
+    pos = torch.arange(len(tokens) - params.window, len(tokens))
+    cells = np.asarray(engine.cache.cells(candidates))
+    if (cells < 0).any():
+        raise ValueError("an approximated row without a recorded cell")
+    total = torch.zeros(len(candidates))
+    qpath = setup.query_path(sorted(streams))
+    for il, h in streams.items():
+        ll = setup.layout.layers[il]
+        q = qpath.queries(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)
+        k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
+        s = attention_scores(q, k, ll.head_dim_k)
+        if candidates[0] == 0:
+            s[0] = 0.0  # the first row is an attention sink, whatever the question
+        s = pooled(s, params.pool)
+        total += s / s.max().clamp_min(1e-12)
+    return total / len(streams)
+
+
+def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams,
+           max_run: int) -> list[Run]:
+    """Best rows first, each with `back` rows before and `forward` after, until `budget` rows."""
+    chosen: set[int] = set()
+    for i in torch.argsort(scores, descending=True).tolist():
+        if len(chosen) >= params.budget:
+            break
+        p = candidates[i]
+        chosen.update(range(max(0, p - params.back), min(bulk_end, p + 1 + params.forward)))
+    return runs_of(chosen, max_run)
+
+
+def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
+                params: GuidedParams = DEFAULT) -> list[Run]:
+    candidates = engine.cache.approximated(0, bulk_end)
+    if not candidates:
+        return []
+    layers = params.scoring_layers(plan.split)
+    with phases("probe"):
+        streams = probe_streams(engine, tokens, layers, params.window)
+    with phases("score"):
+        scores = score_rows(engine, setup, tokens, candidates, streams, params)
+    return select(candidates, scores, bulk_end, params, engine.config.n_batch)
