@@ -72,6 +72,13 @@ def test_missing_document_exits_2(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
 
 
+def test_random_bytes_as_a_document_exit_2_with_the_reason(tmp_path):
+    doc = tmp_path / "notes.txt"
+    doc.write_bytes(os.urandom(3000))
+    r = cli("chat", "--doc", str(doc), "What does it say?")
+    assert r.returncode == 2 and "does not look like text" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_too_long_document_says_its_size_and_the_limit(tmp_path):
     doc = tmp_path / "long.txt"
     doc.write_text("The grass is green and the sky is blue. " * 600)
