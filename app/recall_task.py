@@ -2,37 +2,21 @@
 
 Builds EVALS's items (backend/evals/needles.py) on the attached document or a built-in haystack, runs
 every item in every mode, streams each scored row back as it is done (so the heatmaps fill live), and
-returns the rows with a summary: accuracy per mode and region, and the exact McNemar test.
+returns the rows with a summary: accuracy per mode and region, and the exact McNemar test (RecallRow
+events and the RecallResult are in app/engine_protocol.py).
 The runner is EVALS's `backend/evals/recall.py: run_recall` (resumable JSONL results).
 """
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.engine_protocol import RecallRequest, RecallResult, RecallRow
 from backend.protocol import ProgressEvent
 
 
-@dataclass
-class RecallRow:
-    """One scored (item, mode) pair, sent while the run goes on."""
-
-    done: int
-    total: int
-    row: dict
-
-
-@dataclass
-class RecallResult:
-    rows: list[dict]
-    summary: dict
-    out_path: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def _haystack(req):
+def _haystack(req: RecallRequest):
     from backend.evals.haystacks import Haystack, corpus_haystack, filler_haystack
 
     if req.document:
@@ -68,7 +52,7 @@ def default_results_path() -> Path:
     return p / "gui-recall.jsonl"
 
 
-def run_recall_task(engine, req, on_event, cancel) -> RecallResult:
+def run_recall_task(engine, req: RecallRequest, on_event, cancel) -> RecallResult:
     """EVALS's runner over the items; results append to a JSONL file, so a rerun of the same grid
     (same items, modes, split, tail) resumes instead of repeating finished answers."""
     from backend.evals.needles import make_items

@@ -1,0 +1,212 @@
+"""What crosses the process boundary between the engine child and whoever drives it: plain, picklable
+dataclasses and an enum of task kinds. No Qt here (the engine child and a local server import it).
+
+Parent -> child (the task queue):   TaskMessage, StopEngine
+Parent -> child (the cancel queue): CancelTask
+Child -> parent (the event queue):  EngineStarted, EngineFatal, TaskEvent, TaskDone, TaskFailed, TaskCancelled
+Made by the parent-side handle itself (app/engine_process.py), when the child dies: EngineCrashed,
+TaskFailed for the tasks it held, and EngineFatal when it will not be restarted.
+
+Every task ends in exactly one of TaskDone, TaskFailed or TaskCancelled; TaskEvents (progress, tokens,
+recall rows) may come before it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Union
+
+from backend.protocol import CompletionRequest
+
+
+class TaskKind(str, Enum):
+    COMPLETE = "complete"  # CompletionRequest -> CompletionResult; events ProgressEvent, TokenEvent
+    COUNT = "count"  # CountRequest -> CountResult
+    MAPS_STATUS = "maps_status"  # MapsStatusRequest -> MapsStatus
+    FIT_MAPS = "fit_maps"  # FitMapsRequest -> str (the map folder); events ProgressEvent
+    RECALL = "recall"  # RecallRequest -> RecallResult; events RecallRow, ProgressEvent
+    PING = "ping"  # None -> "pong"
+    CRASH_FOR_TEST = "crash_for_test"  # None -> the child dies as a segfault would
+
+
+# ---- how to build the engine ---------------------------------------------------------------------
+@dataclass
+class EngineSettings:
+    """How to build the engine (the child builds an EngineConfig from it; a restart reuses it)."""
+
+    model_path: str
+    n_ctx: int = 8192
+    n_threads: int | None = None
+    n_batch: int = 512
+    warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
+
+
+@dataclass
+class EngineReady:
+    """The engine loaded its model: what the GUI shows and the RidgeFill defaults for this model."""
+
+    pid: int
+    model_path: str
+    model_name: str
+    architecture: str
+    n_layer: int
+    n_embd: int
+    n_ctx: int
+    n_ctx_train: int
+    default_split: int
+    default_tail: int
+    min_tail: int
+    min_bulk: int
+    load_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---- task payloads and results -------------------------------------------------------------------
+@dataclass
+class CountRequest:
+    """Count the prompt tokens of a request and say whether it fits (before sending it)."""
+
+    request: CompletionRequest
+
+
+@dataclass
+class CountResult:
+    prompt_tokens: int
+    n_ctx: int
+    reserve: int
+    fits: bool
+    message: str = ""
+
+
+@dataclass
+class MapsStatusRequest:
+    split: int
+
+
+@dataclass
+class MapsStatus:
+    split: int
+    status: str  # verified | warning | refused | missing
+    reasons: list[str] = field(default_factory=list)
+    folder: str = ""
+
+
+@dataclass
+class FitMapsRequest:
+    split: int
+
+
+@dataclass
+class RecallRequest:
+    """Arguments for the needle-recall runner (the items are built in the child, where the engine is)."""
+
+    lengths: list[int]
+    depths: list[float]
+    modes: list[str]
+    split: int | None
+    tail: int | None
+    document: str | None = None
+    out_path: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class RecallRow:
+    """Event of a recall task: one scored (item, mode) pair, sent while the run goes on."""
+
+    done: int
+    total: int
+    row: dict
+
+
+@dataclass
+class RecallResult:
+    rows: list[dict]
+    summary: dict
+    out_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# The payload each kind takes: checked when a task is submitted, so a wrong one fails at once, in
+# the caller, instead of inside the child.
+PAYLOAD_TYPES: dict[TaskKind, type | tuple[type, ...]] = {
+    TaskKind.COMPLETE: CompletionRequest,
+    TaskKind.COUNT: CountRequest,
+    TaskKind.MAPS_STATUS: MapsStatusRequest,
+    TaskKind.FIT_MAPS: FitMapsRequest,
+    TaskKind.RECALL: RecallRequest,
+    TaskKind.PING: type(None),
+    TaskKind.CRASH_FOR_TEST: type(None),
+}
+
+
+# ---- envelopes: parent -> child ------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskMessage:
+    id: int
+    kind: TaskKind
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class CancelTask:
+    """Stop task `id` at its next check (between prefill chunks, tokens, recall items), or before it starts."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class StopEngine:
+    """Finish: the child closes the engine and exits."""
+
+
+# ---- envelopes: child (or the handle) -> parent --------------------------------------------------
+@dataclass(frozen=True)
+class EngineStarted:
+    ready: EngineReady
+
+
+@dataclass(frozen=True)
+class EngineFatal:
+    """The engine cannot run (a bad model file, repeated crashes); it is not restarted."""
+
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EngineCrashed:
+    """The child died; its tasks failed and a new child is starting with the same settings."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    id: int
+    event: Any  # ProgressEvent | TokenEvent | RecallRow | ...
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    id: int
+    result: Any
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    id: int
+    error_type: str  # the exception's class name, e.g. DocumentTooLongError, ModelFileError, EngineError
+    message: str
+
+
+@dataclass(frozen=True)
+class TaskCancelled:
+    id: int
+    message: str = "cancelled"
+
+
+TaskEnd = Union[TaskDone, TaskFailed, TaskCancelled]
+EngineMessage = Union[EngineStarted, EngineFatal, EngineCrashed, TaskEvent, TaskDone, TaskFailed, TaskCancelled]
