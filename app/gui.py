@@ -11,9 +11,9 @@ import time
 
 
 def build_window(args=None):
-    """The settings, the engine service (started) and the main window."""
+    """The settings, the engine client (started) and the main window."""
     from app.conversations import ConversationStore
-    from app.engine_service import EngineService
+    from app.engine_client import EngineClient
     from app.settings import Settings
     from ui.main_window import MainWindow
 
@@ -24,14 +24,14 @@ def build_window(args=None):
         if getattr(args, "threads", None):
             settings.threads = args.threads
     settings.apply_environment()
-    service = EngineService(_engine_settings(settings))
+    service = EngineClient(_engine_settings(settings))
     window = MainWindow(settings, service, ConversationStore())
     service.start()
     return window
 
 
 def _engine_settings(settings):
-    from app.engine_service import EngineSettings
+    from app.engine_protocol import EngineSettings
     from backend.model_file import embedded_model_path
 
     return EngineSettings(model_path=settings.model_path or str(embedded_model_path()), n_ctx=settings.n_ctx,

@@ -29,7 +29,7 @@ MAX_TOKENS = 8
 KL_LIMIT = 1e-2
 
 
-_QAPP = None  # the QApplication must outlive check_qt (the engine-process check uses its event loop)
+_QAPP = None  # the QApplication outlives check_qt (widgets made later need it)
 
 
 @dataclass
@@ -67,7 +67,7 @@ def check_qt() -> Check:
         # Every GUI module imports: a bundle that lacks a module the window needs fails here, headless.
         import ui
 
-        names = ["app.gui", "app.engine_service"] + [
+        names = ["app.gui", "app.engine_client"] + [
             f"ui.{m.name}" for m in pkgutil.iter_modules(ui.__path__)]
         for name in names:
             importlib.import_module(name)
@@ -78,34 +78,33 @@ def check_qt() -> Check:
 
 
 def check_engine_process(model: str, threads: int | None, timeout_s: float = 300.0) -> Check:
-    """The GUI's engine child process starts and loads the model. In a bundle this proves that
-    multiprocessing's spawn re-enters the frozen program correctly (freeze_support)."""
-    from PySide6.QtCore import QEventLoop, QTimer
+    """The GUI's engine child process starts, loads the model and answers a ping. In a bundle this
+    proves that multiprocessing's spawn re-enters the frozen program correctly (freeze_support)."""
+    from app.engine_process import EngineProcess
+    from app.engine_protocol import EngineCrashed, EngineFatal, EngineSettings, EngineStarted, TaskDone, TaskFailed, TaskKind
 
-    from app.engine_service import EngineService, EngineSettings
-
-    svc = EngineService(EngineSettings(model_path=model, n_ctx=2048, n_threads=threads), auto_restart=False)
-    loop = QEventLoop()
-    outcome: dict = {}
-
-    def done(key):
-        return lambda value: (outcome.setdefault(key, value), loop.quit())
-
-    svc.ready.connect(done("ready"))
-    svc.fatal.connect(done("failed"))
-    svc.crashed.connect(done("failed"))
-    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    proc = EngineProcess(EngineSettings(model_path=model, n_ctx=2048, n_threads=threads), auto_restart=False)
     t0 = time.perf_counter()
+    ready, failure, pong = None, None, None
     try:
-        svc.start()
-        loop.exec()
+        ping = proc.submit(TaskKind.PING)
+        while failure is None and pong is None and time.perf_counter() - t0 < timeout_s:
+            for msg in proc.poll():
+                if isinstance(msg, EngineStarted):
+                    ready = msg.ready
+                elif isinstance(msg, (EngineFatal, EngineCrashed)):
+                    failure = msg.message
+                elif isinstance(msg, TaskDone) and msg.id == ping:
+                    pong = msg.result
+                elif isinstance(msg, TaskFailed) and msg.id == ping and failure is None:
+                    failure = msg.message
+            time.sleep(0.05)
     finally:
-        svc.shutdown()
-    if "ready" in outcome:
-        info = outcome["ready"]
-        return Check("engine process", True, f"child {info.pid} ready in {time.perf_counter() - t0:,.1f} s "
-                                             f"(model loaded in {info.load_s:.1f} s)")
-    return Check("engine process", False, outcome.get("failed", f"no ready signal within {timeout_s:.0f} s"))
+        proc.shutdown()
+    if ready is not None and pong == "pong":
+        return Check("engine process", True, f"child {ready.pid} ready and answering in "
+                                             f"{time.perf_counter() - t0:,.1f} s (model loaded in {ready.load_s:.1f} s)")
+    return Check("engine process", False, failure or f"no answer within {timeout_s:.0f} s")
 
 
 def _document(engine) -> str:
@@ -136,8 +135,9 @@ def _request(doc: str, mode: str):
 
 def _run(engine, doc: str, mode: str):
     from app.commands.common import format_timings
+    from backend.completion import complete
 
-    result = engine.complete(_request(doc, mode))
+    result = complete(engine, _request(doc, mode))
     logits = engine.last_logits().copy()
     t = result.timings
     _say(f"[{mode}] answer: {result.text.strip()!r}")
@@ -188,8 +188,7 @@ def run_selftest(args) -> int:
     checks: list[Check] = [check_qt()]
     try:
         model = str(getattr(args, "model", None) or embedded_model_path())
-        if checks[0].ok:
-            checks.append(check_engine_process(model, getattr(args, "threads", None)))
+        checks.append(check_engine_process(model, getattr(args, "threads", None)))  # no Qt needed
         cfg = EngineConfig(model_path=model, n_ctx=4096)
         if getattr(args, "threads", None):
             cfg.n_threads = args.threads

@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import time
 
-from app.engine_service import EngineService, EngineSettings
+from app.engine_client import EngineClient
+from app.engine_protocol import EngineSettings
 
 # One thread: the test machine is small and shared, and a spinning second thread only slows it down.
-def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128, warm_up: bool = False) -> EngineService:
-    service = EngineService(EngineSettings(model_path=model_path, n_ctx=n_ctx, n_threads=1, n_batch=n_batch,
+def start_service(model_path: str, n_ctx: int = 2048, n_batch: int = 128, warm_up: bool = False) -> EngineClient:
+    service = EngineClient(EngineSettings(model_path=model_path, n_ctx=n_ctx, n_threads=1, n_batch=n_batch,
                                            warm_up=warm_up))
     service.start()
     return service
 
 
-def wait_ready(qtbot, service: EngineService, timeout_s: float = 240) -> None:
+def wait_ready(qtbot, service: EngineClient, timeout_s: float = 240) -> None:
     qtbot.waitUntil(lambda: service.info is not None, timeout=int(timeout_s * 1000))
 
 

@@ -46,15 +46,14 @@ def ask(qtbot, w, question: str) -> None:
 def test_streamed_reply_appears_token_by_token(qtbot, window, service):
     states = []
 
-    def on_event(tid, ev):
-        if tid == window.chat._task_primary and isinstance(ev, TokenEvent):
+    def on_event(ev):
+        if isinstance(ev, TokenEvent):
             states.append(window.chat.view.messages[-1].text())
 
-    service.event.connect(on_event)
-    try:
-        ask(qtbot, window, "Name three colours.")
-    finally:
-        service.event.disconnect(on_event)
+    window.chat.input.setPlainText("Name three colours.")
+    assert window.chat.send()
+    window.chat._task_primary.connect(on_event=on_event)  # after the panel's own callback
+    wait_idle(qtbot, window)
     final = window.chat.view.messages[-1].text()
     assert len(states) >= 3, "tokens should arrive one event at a time"
     assert all(len(a) <= len(b) for a, b in zip(states, states[1:])), "the reply grows, never shrinks"
@@ -85,8 +84,8 @@ def test_stop_cancels_a_prefill(qtbot, window):
     window.chat.conv.document = Document("harbour.txt", text)
     window.chat.input.setPlainText("Who built the harbour?")
     first_progress = []
-    window.service.event.connect(lambda tid, ev: first_progress.append(ev) if tid == window.chat._task_primary else None)
     assert window.chat.send()
+    window.chat._task_primary.connect(on_event=first_progress.append)
     qtbot.waitUntil(lambda: len(first_progress) > 0, timeout=60_000)
     assert window.chat.stop_btn.isEnabled()
     window.chat.stop_btn.click()
@@ -97,6 +96,28 @@ def test_stop_cancels_a_prefill(qtbot, window):
     assert all(type(e).__name__ == "ProgressEvent" for e in first_progress)
     assert first_progress[-1].done < first_progress[-1].total
     assert window.chat.send_btn.isEnabled()
+
+
+def test_stop_cancels_the_chats_task_and_no_other(qtbot, window, service):
+    """Stop in the chat stops the chat's answer; a task another panel queued behind it still runs."""
+    from app.engine_protocol import CountRequest, TaskKind
+
+    text = corpus_texts()[0][:5000]  # about 1,100 tokens: nine 128-token chunks
+    window.chat.conv.document = Document("harbour.txt", text)
+    window.chat.input.setPlainText("Who built the harbour?")
+    assert window.chat.send()
+    answer = window.chat._task_primary
+    progress = []
+    answer.connect(on_event=progress.append)
+    others = {"ping": service.submit(TaskKind.PING),
+              "count": service.submit(TaskKind.COUNT, CountRequest(window.chat.build_request("And when?")))}
+    qtbot.waitUntil(lambda: len(progress) > 0, timeout=60_000)
+    window.chat.stop_btn.click()
+    wait_idle(qtbot, window, 30)
+    assert answer.state == "cancelled" and "stopped" in window.chat.conv.messages[-1].note
+    qtbot.waitUntil(lambda: not any(h.running() for h in others.values()), timeout=60_000)
+    assert others["ping"].state == "done" and others["ping"].result == "pong"
+    assert others["count"].state == "done" and others["count"].result.prompt_tokens > 200
 
 
 def test_over_long_document_shows_the_limit_instead_of_sending(qtbot, window, tmp_path):
@@ -130,7 +151,7 @@ def test_saved_conversation_reloads(qtbot, window, service, home):
 
 def test_store_writes_atomically_and_skips_damaged_files(tmp_path):
     store = ConversationStore(tmp_path)
-    c = Conversation(title="t", document=Document("d.txt", "text", 3),
+    c = Conversation(title="t", document=Document("d.txt", "text"),
                      messages=[Message("user", "q"), Message("assistant", "partial", complete=False)])
     store.save(c)
     (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")

@@ -1,5 +1,6 @@
 """The engine process: a killed engine is reported and replaced while the chat stays; a bad model is
-reported once; the RidgeFill controls reach the engine (the mode and split it reports in its timings)."""
+reported once; the RidgeFill controls reach the engine (the mode and split it reports in its timings);
+the engine side has no Qt."""
 from __future__ import annotations
 
 import os
@@ -104,19 +105,20 @@ def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home
 
 
 def test_a_bad_model_file_is_reported_once_and_not_restarted(qtbot, home, tmp_path):
-    from app.engine_service import EngineService, EngineSettings
+    from app.engine_client import EngineClient
+    from app.engine_protocol import EngineSettings, TaskKind
 
     bad = tmp_path / "notes.gguf"
     bad.write_text("not a model", encoding="utf-8")
-    service = EngineService(EngineSettings(model_path=str(bad)))
+    service = EngineClient(EngineSettings(model_path=str(bad)))
     fatal, crashed = [], []
     service.fatal.connect(fatal.append)
     service.crashed.connect(crashed.append)
     service.start()
     try:
-        tid = service.submit("ping")
         failed = []
-        service.failed.connect(lambda t, et, msg: failed.append((t, et, msg)))
+        task = service.submit(TaskKind.PING, on_failed=lambda et, msg: failed.append((task.id, et, msg)))
+        tid = task.id
         qtbot.waitUntil(lambda: bool(fatal), timeout=60_000)
         assert "not a GGUF model" in fatal[0]
         qtbot.waitUntil(lambda: bool(failed), timeout=5_000)
@@ -125,3 +127,15 @@ def test_a_bad_model_file_is_reported_once_and_not_restarted(qtbot, home, tmp_pa
         assert not crashed and service.info is None  # no restart loop on a file that cannot load
     finally:
         service.shutdown()
+
+
+def test_the_engine_process_and_its_protocol_import_no_qt():
+    """The child and the handle a local server will use must not pull in PySide6."""
+    import subprocess
+    import sys
+
+    code = ("import sys, app.engine_process, app.engine_protocol, app.job_runner; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'ui')); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

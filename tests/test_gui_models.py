@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.engine_service import EngineService, EngineSettings  # noqa: E402
+from app.engine_client import EngineClient  # noqa: E402
+from app.engine_protocol import EngineSettings  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from tests.hub_server import FakeHub  # noqa: E402
 from tests.test_hub_downloads import FILE, REPO, write_tiny_gguf  # noqa: E402
@@ -32,9 +33,10 @@ def panel(qtbot, tmp_path, monkeypatch, tiny, model_path):
         "id": "tiny-q8_0", "name": "Tiny test model", "architecture": "llama", "repo_id": REPO,
         "filename": FILE, "quantization": "Q8_0", "size_bytes": len(tiny), "size_exact": True,
         "sha256": hashlib.sha256(tiny).hexdigest()}]}), encoding="utf-8")
-    service = EngineService(EngineSettings(model_path))  # not started: the panel only reads its info
+    service = EngineClient(EngineSettings(model_path))  # not started: the panel only reads its info
     p = ModelsPanel(service, Settings(hub_endpoint=hub.url))
     qtbot.addWidget(p)
+    qtbot.waitUntil(lambda: not p.refreshing(), timeout=20_000)  # the catalogue is read in the background
     p.hub = hub
     yield p
     p.shutdown()

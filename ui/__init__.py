@@ -1,1 +1,1 @@
-"""PySide6 widgets and view-models. Everything here reaches the backend through app.engine_service."""
+"""PySide6 widgets and view-models. The engine is reached through app.engine_client; slow disk and hub work runs through ui.background."""

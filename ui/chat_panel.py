@@ -1,7 +1,8 @@
 """The chat tab: document bar, conversation, input, prefill progress; the view-model of one conversation.
 
-Requests go to the engine service; its events stream back into the last message. The conversation
-is saved after every message and every half second while an answer streams.
+Requests go to the engine client; each answer's events stream back to this panel's own callbacks and
+into the last message, and Stop cancels this panel's answer only. The conversation is saved after
+every message and every half second while an answer streams.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversations import Conversation, ConversationStore, Document, Message
-from app.engine_service import CountRequest, CountResult, EngineService
+from app.engine_client import EngineClient, TaskHandle
+from app.engine_protocol import CountRequest, CountResult, TaskKind
 from backend.documents import document_messages, read_document
 from backend.errors import DocumentError
 from backend.protocol import ChatMessage, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
@@ -39,7 +41,7 @@ class ChatPanel(QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
     busy_changed = Signal(bool)  # an answer is being produced (switching conversations waits for it)
 
-    def __init__(self, service: EngineService, store: ConversationStore, controls: RidgeFillControls,
+    def __init__(self, service: EngineClient, store: ConversationStore, controls: RidgeFillControls,
                  chart: TtftChart, max_tokens: int = 256, parent=None):
         super().__init__(parent)
         self.service, self.store, self.controls, self.chart = service, store, controls, chart
@@ -47,9 +49,9 @@ class ChatPanel(QWidget):
         self.conv = Conversation()
         self.too_long: str = ""  # the limit message while the prompt does not fit
         self.last_count: CountResult | None = None
-        self._task_primary: int | None = None
-        self._task_exact: int | None = None
-        self._task_count: int | None = None
+        self._task_primary: TaskHandle | None = None  # the answer
+        self._task_exact: TaskHandle | None = None  # the exact run for comparison
+        self._task_count: TaskHandle | None = None
         self._answer: Message | None = None
         self._answer_widget = None
         self._exact_text: list[str] = []
@@ -109,10 +111,6 @@ class ChatPanel(QWidget):
         self.stop_btn.clicked.connect(self.stop)
         self.input.textChanged.connect(self._count_timer.start)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
-        service.event.connect(self._on_event)
-        service.result.connect(self._on_result)
-        service.cancelled.connect(self._on_cancelled)
-        service.failed.connect(self._on_failed)
         # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
         service.ready.connect(self._on_engine_ready)
 
@@ -242,7 +240,20 @@ class ChatPanel(QWidget):
             self._update_buttons()
             return
         question = self.input.toPlainText().strip() or "?"
-        self._task_count = self.service.submit("count", CountRequest(self.build_request(question)))
+        if self._task_count is not None:
+            self._task_count.cancel()  # stale: a count still queued never runs
+        h = self.service.submit(TaskKind.COUNT, CountRequest(self.build_request(question)), owner=self,
+                                on_done=lambda res: self._count_over(h, res),
+                                on_failed=lambda _type, _msg: self._count_over(h, None),
+                                on_cancelled=lambda _msg: self._count_over(h, None))
+        self._task_count = h
+
+    def _count_over(self, h: TaskHandle, res: CountResult | None) -> None:
+        if h is not self._task_count:
+            return
+        self._task_count = None
+        if res is not None:
+            self._show_count(res)
 
     def _show_count(self, c: CountResult) -> None:
         self.last_count = c
@@ -295,24 +306,33 @@ class ChatPanel(QWidget):
         self._answer_widget = self.view.add("assistant", "")
         self._answer_widget.set_meta("waiting for the engine…")
         self._exact_text = []
-        self._task_primary = self.service.submit("complete", primary)
-        self._task_exact = self.service.submit("complete", exact) if exact else None
+        self._task_primary = self._submit_answer(primary)
+        self._task_exact = self._submit_answer(exact) if exact else None
         self._progress_base = None
         self._update_buttons()
         self.conversation_changed.emit(self.conv)
         return True
 
+    def _submit_answer(self, req: CompletionRequest) -> TaskHandle:
+        h = self.service.submit(TaskKind.COMPLETE, req, owner=self,
+                                on_event=lambda ev: self._on_event(h, ev),
+                                on_done=lambda res: self._on_result(h, res),
+                                on_failed=lambda etype, message: self._on_failed(h, etype, message),
+                                on_cancelled=lambda message: self._on_cancelled(h, message))
+        return h
+
     @Slot()
     def stop(self) -> None:
-        if self.busy():
-            self.service.cancel()
+        """Stop this chat's answer (and its exact run); other tasks (a recall, a map fit) go on."""
+        for h in (self._task_primary, self._task_exact):
+            if h is not None:
+                h.cancel()
 
-    # ---- engine events ---------------------------------------------------------------------------
-    @Slot(int, object)
-    def _on_event(self, tid: int, ev) -> None:
-        if tid not in (self._task_primary, self._task_exact):
+    # ---- engine events (each for a task of this panel) -------------------------------------------
+    def _on_event(self, h: TaskHandle, ev) -> None:
+        if h is not self._task_primary and h is not self._task_exact:
             return
-        label = "exact run" if tid == self._task_exact else "prefill"
+        label = "exact run" if h is self._task_exact else "prefill"
         if isinstance(ev, ProgressEvent):
             if self._progress_base is None or ev.done < self._progress_base[0]:
                 self._progress_base = (ev.done, ev.elapsed_ms)
@@ -331,7 +351,7 @@ class ChatPanel(QWidget):
         elif isinstance(ev, TokenEvent):
             self.progress.setVisible(False)
             self.progress_label.setVisible(False)
-            if tid == self._task_primary and self._answer is not None:
+            if h is self._task_primary and self._answer is not None:
                 self._answer.content += ev.text
                 self._answer_widget.append(ev.text)
                 self._answer_widget.set_meta("answering…")
@@ -341,17 +361,11 @@ class ChatPanel(QWidget):
                 self._exact_text.append(ev.text)
                 self._answer_widget.set_exact("exact model answering… " + "".join(self._exact_text)[-80:])
 
-    @Slot(int, object)
-    def _on_result(self, tid: int, res) -> None:
-        if tid == self._task_count:
-            self._task_count = None
-            if isinstance(res, CountResult):
-                self._show_count(res)
-            return
-        if not isinstance(res, CompletionResult) or tid not in (self._task_primary, self._task_exact):
+    def _on_result(self, h: TaskHandle, res: CompletionResult) -> None:
+        if h is not self._task_primary and h is not self._task_exact:
             return
         t = res.timings.as_dict()
-        if tid == self._task_primary:
+        if h is self._task_primary:
             self._task_primary = None
             self._answer.content = res.text
             self._answer.timings = t
@@ -372,14 +386,10 @@ class ChatPanel(QWidget):
     def _message_number(self) -> int:
         return sum(1 for m in self.conv.messages if m.role == "assistant")
 
-    @Slot(int, str)
-    def _on_cancelled(self, tid: int, message: str) -> None:
-        if tid == self._task_count:
-            self._task_count = None
+    def _on_cancelled(self, h: TaskHandle, message: str) -> None:
+        if h is not self._task_primary and h is not self._task_exact:
             return
-        if tid not in (self._task_primary, self._task_exact):
-            return
-        if tid == self._task_primary:
+        if h is self._task_primary:
             self._task_primary = None
             self._answer.complete = True
             self._answer.note = "stopped by you during prompt processing"
@@ -388,14 +398,10 @@ class ChatPanel(QWidget):
         self._decorate(self._answer_widget, self._answer)
         self._finish_if_done()
 
-    @Slot(int, str, str)
-    def _on_failed(self, tid: int, etype: str, message: str) -> None:
-        if tid == self._task_count:
-            self._task_count = None
+    def _on_failed(self, h: TaskHandle, etype: str, message: str) -> None:
+        if h is not self._task_primary and h is not self._task_exact:
             return
-        if tid not in (self._task_primary, self._task_exact):
-            return
-        if tid == self._task_primary:
+        if h is self._task_primary:
             self._task_primary = None
             self._answer.note = message
             if etype == "DocumentTooLongError":

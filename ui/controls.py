@@ -22,7 +22,7 @@ STATUS_STYLE = {
     "warning": ("Maps usable, with a warning", "color: #b26a00"),
     "refused": ("Maps refused: runs exact", "color: #c62828"),
     "missing": ("No maps for this split: runs exact", "color: #c62828"),
-    "unavailable": ("Map support not installed: runs exact", "color: #777"),
+    "unavailable": ("Maps could not be checked: runs exact", "color: #777"),
     "checking": ("Checking maps…", "color: #777"),
 }
 

@@ -2,8 +2,6 @@
 RidgeFill controls and the TTFT chart on the right, engine state in the status bar."""
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
@@ -21,19 +19,20 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversations import Conversation, ConversationStore
-from app.engine_service import EngineReady, EngineService, EngineSettings, FitMapsRequest, MapsStatus, MapsStatusRequest
+from app.engine_client import EngineClient, TaskHandle
+from app.engine_protocol import EngineReady, EngineSettings, FitMapsRequest, MapsStatus, MapsStatusRequest, TaskKind
 from app.settings import Settings
 from backend.protocol import ProgressEvent
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
+from ui.models_panel import ModelsPanel
+from ui.recall_panel import RecallPanel
 from ui.settings_dialog import SettingsDialog
 from ui.ttft_chart import TtftChart
 
-log = logging.getLogger(__name__)
-
 
 class MainWindow(QMainWindow):
-    def __init__(self, settings: Settings, service: EngineService, store: ConversationStore | None = None,
+    def __init__(self, settings: Settings, service: EngineClient, store: ConversationStore | None = None,
                  *, owns_service: bool = True):
         super().__init__()
         self.settings = settings
@@ -42,17 +41,19 @@ class MainWindow(QMainWindow):
         self.store = store or ConversationStore()
         self.setWindowTitle("RidgeFill Desktop")
         self.resize(1280, 820)
-        self._maps_task: int | None = None
-        self._fit_task: int | None = None
+        self._maps_task: TaskHandle | None = None
+        self._fit_task: TaskHandle | None = None
 
         self.controls = RidgeFillControls()
         self.chart = TtftChart()
         self.chat = ChatPanel(service, self.store, self.controls, self.chart, max_tokens=settings.max_tokens)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.chat, "Chat")
-        self.recall = None
-        self.models = None
-        self._add_optional_tabs()
+        self.recall = RecallPanel(self.service, self.controls, self.chat)
+        self.tabs.addTab(self.recall, "Recall")
+        self.models = ModelsPanel(self.service, self.settings)
+        self.models.open_model.connect(self.open_model)
+        self.tabs.addTab(self.models, "Models && maps")
 
         # conversations
         self.conv_list = QListWidget()
@@ -92,13 +93,9 @@ class MainWindow(QMainWindow):
         service.ready.connect(self._on_ready)
         service.crashed.connect(self._on_crashed)
         service.fatal.connect(self._on_fatal)
-        service.result.connect(self._on_result)
-        service.event.connect(self._on_event)
-        service.failed.connect(self._on_task_end)
-        service.cancelled.connect(self._on_task_end)
         self.controls.split_settled.connect(self.check_maps)
         self.controls.fit_maps.connect(self.fit_maps)
-        self.controls.cancel_fit.connect(lambda: self._fit_task and self.service.cancel(self._fit_task))
+        self.controls.cancel_fit.connect(self.cancel_fit)
         self.controls.download_maps.connect(self.download_maps)
         self.controls.toggle.setChecked(settings.ridgefill_on)
         self.controls.compare.setChecked(settings.compare_exact)
@@ -111,24 +108,6 @@ class MainWindow(QMainWindow):
         self._refresh_list()
         if service.info is not None:  # a service that is already running (tests share one)
             self._on_ready(service.info)
-
-    def _add_optional_tabs(self) -> None:
-        """Recall and models panels need EVALS's and HUB's modules; without them the tab says so."""
-        try:
-            from ui.recall_panel import RecallPanel
-
-            self.recall = RecallPanel(self.service, self.controls, self.chat)
-            self.tabs.addTab(self.recall, "Recall")
-        except ImportError as exc:
-            log.info("recall panel unavailable: %s", exc)
-        try:
-            from ui.models_panel import ModelsPanel
-
-            self.models = ModelsPanel(self.service, self.settings)
-            self.models.open_model.connect(self.open_model)
-            self.tabs.addTab(self.models, "Models && maps")
-        except ImportError as exc:
-            log.info("models panel unavailable: %s", exc)
 
     def _build_menu(self) -> None:
         m = self.menuBar().addMenu("&File")
@@ -253,49 +232,58 @@ class MainWindow(QMainWindow):
     @Slot(int)
     def check_maps(self, split: int) -> None:
         self.controls.set_maps_status("checking")
-        self._maps_task = self.service.submit("maps_status", MapsStatusRequest(split))
+        if self._maps_task is not None:
+            self._maps_task.cancel()  # a check for a split the slider has left: skip it if still queued
+        h = self.service.submit(TaskKind.MAPS_STATUS, MapsStatusRequest(split), owner=self,
+                                on_done=lambda res: self._maps_checked(h, res),
+                                on_failed=lambda _type, message: self._maps_checked(h, None, message),
+                                on_cancelled=lambda _message: self._maps_checked(h, None))
+        self._maps_task = h
+
+    def _maps_checked(self, h: TaskHandle, res: MapsStatus | None, error: str = "") -> None:
+        if h is not self._maps_task:
+            return
+        self._maps_task = None
+        if res is not None:
+            if res.split == self.controls.split():
+                self.controls.set_maps_status(res.status, res.reasons)
+        elif error:
+            self.controls.set_maps_status("unavailable", [error])
 
     @Slot(int)
     def fit_maps(self, split: int) -> None:
+        if self._fit_task is not None:
+            return
         self.controls.set_fit_progress(0, 1, f"fitting maps for split {split}…")
-        self._fit_task = self.service.submit("fit_maps", FitMapsRequest(split))
+        self._fit_task = self.service.submit(TaskKind.FIT_MAPS, FitMapsRequest(split), owner=self,
+                                             on_event=self._on_fit_event, on_done=self._on_fit_done,
+                                             on_failed=lambda _type, message: self._on_fit_end(message),
+                                             on_cancelled=self._on_fit_end)
+
+    @Slot()
+    def cancel_fit(self) -> None:
+        if self._fit_task is not None:
+            self._fit_task.cancel()  # the fit only; a chat answer in progress goes on
 
     @Slot(int)
     def download_maps(self, split: int) -> None:
-        if self.models is None:
-            QMessageBox.information(self, "Maps", "The catalogue is not available in this build; "
-                                    "use “Fit maps for this split” to make them locally.")
-            return
         self.tabs.setCurrentWidget(self.models)
         self.models.download_maps_for(self.service.info, split)
 
-    @Slot(int, object)
-    def _on_event(self, tid: int, ev) -> None:
-        if tid == self._fit_task and isinstance(ev, ProgressEvent):
+    def _on_fit_event(self, ev) -> None:
+        if isinstance(ev, ProgressEvent):
             self.controls.set_fit_progress(ev.done, ev.total, f"{ev.stage}: {ev.done:,} / {ev.total:,}")
 
-    @Slot(int, object)
-    def _on_result(self, tid: int, res) -> None:
-        if tid == self._maps_task and isinstance(res, MapsStatus):
-            self._maps_task = None
-            if res.split == self.controls.split():
-                self.controls.set_maps_status(res.status, res.reasons)
-        elif tid == self._fit_task:
-            self._fit_task = None
-            self.controls.fit_finished()
-            self.check_maps(self.controls.split())
+    def _on_fit_done(self, _folder: str) -> None:
+        self._fit_task = None
+        self.controls.fit_finished()
+        self.check_maps(self.controls.split())
 
-    @Slot(int, str)
-    @Slot(int, str, str)
-    def _on_task_end(self, tid: int, *msg) -> None:
-        if tid == self._fit_task:
-            self._fit_task = None
-            self.controls.fit_finished()
-            self.controls.maps_reasons.setText("Fit: " + msg[-1])
-            self.controls.maps_reasons.setVisible(True)
-        elif tid == self._maps_task:
-            self._maps_task = None
-            self.controls.set_maps_status("unavailable", [msg[-1]])
+    def _on_fit_end(self, message: str) -> None:
+        self._fit_task = None
+        self.controls.fit_finished()
+        self.controls.maps_reasons.setText("Fit: " + message)
+        self.controls.maps_reasons.setVisible(True)
 
     # ---- lifetime --------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -313,8 +301,7 @@ class MainWindow(QMainWindow):
             pass
         self.chat.save()
         for panel in (self.recall, self.models):
-            if panel is not None and hasattr(panel, "shutdown"):
-                panel.shutdown()
+            panel.shutdown()
         if self.owns_service:
             self.service.shutdown()
 

@@ -1,5 +1,11 @@
 """Models and maps: HUB's catalogue with one-click download (progress, cancel, fit hints), "open local
-GGUF", and the map sets on disk for the current model."""
+GGUF", and the map sets on disk for the current model.
+
+Everything that touches the disk or the network (reading the catalogue and what is installed, the
+disk/memory fit, hashing map folders, downloads, adding a local file) runs as a background job
+(ui/background.py) with its own callbacks and cancel; the GUI thread only shows the results. The
+functions that run in a job are the plain ones at the top: they never touch a widget.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,14 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine_client import TaskHandle
+from app.job_runner import JobContext
 from app.paths import cache_dir, data_dir
 from backend.hub import catalogue as cat
-from backend.hub import maps_hub, store
+from backend.hub import maps_hub
 from backend.hub.downloads import download_model
-from backend.hub.fit import check_fit
+from backend.hub.errors import HubError
 from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.settings import HubSettings
-from ui.background import BackgroundJob
+from backend.hub.status import model_rows
+from ui.background import BackgroundJobs
 
 USER_MODELS = "user_models.json"  # the same file as `python -m app models --add`
 
@@ -35,6 +44,55 @@ def _size(b: int | None) -> str:
     return "?" if not b else (f"{b / 1e9:.2f} GB" if b >= 1e9 else f"{b / 1e6:.0f} MB")
 
 
+# ---- the work, run in background jobs (no widgets) -----------------------------------------------
+def read_catalogue(hs: HubSettings) -> tuple[list[cat.ModelEntry], list[dict]]:
+    """The catalogue and, per entry, what is installed and whether it fits (backend.hub.status)."""
+    entries = cat.load_catalogue(data_dir() / USER_MODELS)
+    return entries, model_rows(entries, hs)
+
+
+def _state(entry: cat.ModelEntry, row: dict) -> str:
+    if entry.embedded:
+        return "embedded"
+    if row["path"]:
+        return "installed"
+    return "local" if entry.local_path else "not downloaded"
+
+
+def catalogue_entry_of(model_path: str, hs: HubSettings) -> cat.ModelEntry | None:
+    """The catalogue entry whose installed file is `model_path` (None: a file not in the catalogue)."""
+    target = Path(model_path).resolve()
+    entries, rows = read_catalogue(hs)
+    for e, r in zip(entries, rows):
+        if r["path"] and Path(r["path"]).resolve() == target:
+            return e
+    return None
+
+
+def map_sets_text(model_path: str, default_split: int, hs: HubSettings) -> str:
+    """The usable map sets on disk for the model (each folder verified: sha256 of its files), and a hint."""
+    try:
+        sets = maps_hub.local_map_sets(Path(model_path), hs)
+    except Exception as exc:  # noqa: BLE001 - a listing that fails says why; it must not break the panel
+        return f"Map sets cannot be listed: {exc}"
+    lines = [f"split {s}: {v.status}" + (f" ({'; '.join(v.reasons)})" if v.reasons else "") + f" — {v.folder}"
+             for s, v in sorted(sets.items())]
+    entry = catalogue_entry_of(model_path, hs)
+    hint = maps_hub.fit_hint(entry, default_split, Path(model_path)) if entry else \
+        "Fit a map set locally with “Fit maps for this split” (RidgeFill panel)."
+    return "\n".join(lines or ["No verified map set on disk for this model."]) + "\n" + hint
+
+
+def _download(ctx: JobContext, label: str, hs: HubSettings, run) -> tuple[str, list[str], tuple]:
+    """A hub download as a job: the DownloadJob reports through ctx and stops on ctx's cancel.
+    Returns (path, warnings, the catalogue read again), so the table is current when "Ready" shows."""
+    dl = DownloadJob(label, on_event=ctx.emit)
+    ctx.on_cancel(dl.cancel)
+    path = run(dl)
+    return str(path), list(dl.warnings), read_catalogue(hs)
+
+
+# ---- the panel -----------------------------------------------------------------------------------
 class ModelsPanel(QWidget):
     open_model = Signal(str)  # a verified GGUF path to run
 
@@ -42,8 +100,11 @@ class ModelsPanel(QWidget):
         super().__init__(parent)
         self.service, self.settings = service, settings
         self.entries: list[cat.ModelEntry] = []
-        self._job: BackgroundJob | None = None
-        self._dl: DownloadJob | None = None
+        self.rows: list[dict] = []  # backend.hub.status.model_rows, one per entry
+        self.jobs = BackgroundJobs(self)
+        self._job: TaskHandle | None = None  # the download (one at a time)
+        self._refresh_task: TaskHandle | None = None
+        self._maps_task: TaskHandle | None = None
 
         self.table = QTableWidget(0, 6)
         self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "State", "Fits this machine"])
@@ -84,6 +145,7 @@ class ModelsPanel(QWidget):
         self.table.itemSelectionChanged.connect(self._on_select)
         # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
         service.ready.connect(self._on_engine_ready)
+        self._on_select()
         self.refresh()
 
     def hub_settings(self) -> HubSettings:
@@ -97,106 +159,124 @@ class ModelsPanel(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
+        """Read the catalogue and the disk in the background, then the map sets of the current model."""
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()  # its result will be dropped
         hs = self.hub_settings()
-        try:
-            self.entries = cat.load_catalogue(data_dir() / USER_MODELS)
-        except Exception as exc:  # noqa: BLE001 - a broken catalogue must not take the app down
-            self.state.setText(f"The catalogue could not be read: {exc}")
-            self.entries = []
-        self.table.setRowCount(len(self.entries))
-        for r, e in enumerate(self.entries):
-            path = store.model_path(e, hs)
-            state = "embedded" if e.embedded else ("installed" if path else ("local" if e.local_path else "not downloaded"))
-            fit = "" if path else check_fit(e.size_bytes or 0, hs.models_dir).summary()
-            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), state, fit]):
+        h = self.jobs.submit("catalogue", lambda ctx: read_catalogue(hs), owner=self,
+                             on_done=lambda res: self._catalogue_read(h, res),
+                             on_failed=lambda _type, message: self._catalogue_failed(h, message),
+                             on_cancelled=lambda _message: self._catalogue_failed(h, ""))
+        self._refresh_task = h
+
+    def refreshing(self) -> bool:
+        return self._refresh_task is not None or self._maps_task is not None
+
+    def _catalogue_read(self, h: TaskHandle, res) -> None:
+        if h is not self._refresh_task:
+            return
+        self._refresh_task = None
+        self._show_catalogue(*res)
+        self._list_maps()
+
+    def _catalogue_failed(self, h: TaskHandle, message: str) -> None:
+        if h is not self._refresh_task:
+            return
+        self._refresh_task = None
+        if message:  # a broken catalogue must not take the app down: say so, keep what is shown
+            self.state.setText(f"The catalogue could not be read: {message}")
+
+    def _show_catalogue(self, entries: list[cat.ModelEntry], rows: list[dict]) -> None:
+        self.entries, self.rows = entries, rows
+        self.table.setRowCount(len(entries))
+        for r, (e, row) in enumerate(zip(entries, rows)):
+            fit = "" if row["path"] else row["fit"]
+            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), _state(e, row), fit]):
                 item = QTableWidgetItem(text)
                 item.setToolTip(e.notes or text)
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
-        self._show_maps()
         self._on_select()
 
-    def selected(self) -> cat.ModelEntry | None:
-        rows = self.table.selectionModel().selectedRows()
-        return self.entries[rows[0].row()] if rows else None
-
-    def _on_select(self) -> None:
-        e = self.selected()
-        busy = self._job is not None and self._job.running()
-        installed = e is not None and store.model_path(e, self.hub_settings()) is not None
-        self.download_btn.setEnabled(e is not None and not installed and e.on_hub and not busy)
-        self.use_btn.setEnabled(installed)
-
-    def _current_entry(self) -> cat.ModelEntry | None:
-        info = self.service.info
-        if info is None:
-            return None
-        hs = self.hub_settings()
-        for e in self.entries:
-            p = store.model_path(e, hs)
-            if p is not None and Path(p).resolve() == Path(info.model_path).resolve():
-                return e
-        return None
-
-    def _show_maps(self) -> None:
+    def _list_maps(self) -> None:
         info = self.service.info
         if info is None:
             self.maps.setText("(the engine is starting)")
             return
-        try:
-            sets = maps_hub.local_map_sets(Path(info.model_path), self.hub_settings())
-        except Exception as exc:  # noqa: BLE001
-            self.maps.setText(f"Map sets cannot be listed: {exc}")
+        if self._maps_task is not None:
+            self._maps_task.cancel()
+        hs = self.hub_settings()
+        self.maps.setText("Checking the map sets on disk…")
+        h = self.jobs.submit("map sets", lambda ctx: map_sets_text(info.model_path, info.default_split, hs),
+                             owner=self, on_done=lambda text: self._maps_listed(h, text),
+                             on_failed=lambda _type, message: self._maps_listed(h, f"Map sets cannot be listed: {message}"),
+                             on_cancelled=lambda _message: self._maps_listed(h, None))
+        self._maps_task = h
+
+    def _maps_listed(self, h: TaskHandle, text: str | None) -> None:
+        if h is not self._maps_task:
             return
-        lines = [f"split {s}: {v.status}" + (f" ({'; '.join(v.reasons)})" if v.reasons else "") + f" — {v.folder}"
-                 for s, v in sorted(sets.items())]
-        entry = self._current_entry()
-        hint = maps_hub.fit_hint(entry, info.default_split, Path(info.model_path)) if entry else \
-            "Fit a map set locally with “Fit maps for this split” (RidgeFill panel)."
-        self.maps.setText("\n".join(lines or ["No verified map set on disk for this model."]) + "\n" + hint)
+        self._maps_task = None
+        if text is not None:
+            self.maps.setText(text)
+
+    def _selected_row(self) -> int | None:
+        rows = self.table.selectionModel().selectedRows()
+        return rows[0].row() if rows and rows[0].row() < len(self.entries) else None
+
+    def selected(self) -> cat.ModelEntry | None:
+        r = self._selected_row()
+        return self.entries[r] if r is not None else None
+
+    def _installed_path(self) -> str | None:
+        r = self._selected_row()
+        return self.rows[r]["path"] if r is not None else None
+
+    def _on_select(self) -> None:
+        e = self.selected()
+        busy = self._job is not None and self._job.running()
+        installed = self._installed_path() is not None
+        self.download_btn.setEnabled(e is not None and not installed and e.on_hub and not busy)
+        self.use_btn.setEnabled(installed)
 
     # ---- actions ---------------------------------------------------------------------------------
     @Slot()
     def download_selected(self) -> None:
         e = self.selected()
         if e is not None:
-            self._start(f"model {e.name}", lambda job, hs: download_model(e, hs, job))
+            self._start(f"model {e.name}", lambda dl, hs: download_model(e, hs, dl))
 
     def download_maps_for(self, info, split: int) -> None:
         """The RidgeFill panel's "Download maps": the current model's map set at `split`."""
-        entry = self._current_entry()
-        if entry is None or info is None:
-            self.state.setText("This model is not in the catalogue, so no map set can be downloaded for it; "
-                               "fit one locally with “Fit maps for this split”.")
+        if info is None:
+            self.state.setText("The engine is starting; try again once it is ready.")
             return
-        self._start(f"maps for {entry.name}, split {split}",
-                    lambda job, hs: maps_hub.download_maps(entry, split, Path(info.model_path), hs, job))
+        model_path = Path(info.model_path)
+
+        def run(dl: DownloadJob, hs: HubSettings):
+            entry = catalogue_entry_of(str(model_path), hs)
+            if entry is None:
+                raise HubError("This model is not in the catalogue, so no map set can be downloaded for it; "
+                               "fit one locally with “Fit maps for this split”.")
+            return maps_hub.download_maps(entry, split, model_path, hs, dl)
+
+        self._start(f"maps for {model_path.name}, split {split}", run)
 
     def _start(self, label: str, run) -> None:
         if self._job is not None and self._job.running():
             self.state.setText("A download is already running; cancel it first.")
             return
         hs = self.hub_settings()
-        self._dl = DownloadJob(label)
-        dl = self._dl
-
-        def fn(emit):
-            dl.on_event = emit
-            return run(dl, hs)
-
-        self._job = BackgroundJob(fn, dl.cancel, self)
-        self._job.event.connect(self._on_event)
-        self._job.done.connect(self._on_done)
-        self._job.failed.connect(self._on_failed)
+        self._job = self.jobs.submit(label, lambda ctx: _download(ctx, label, hs, lambda dl: run(dl, hs)), owner=self,
+                                     on_event=self._on_event, on_done=self._on_done, on_failed=self._on_failed,
+                                     on_cancelled=self._on_cancelled)
         self.progress.setVisible(True)
         self.progress.setRange(0, 0)
         self.cancel_btn.setEnabled(True)
         self.state.setText(f"{label}: starting…")
-        self._job.start()
         self._on_select()
 
-    @Slot(object)
     def _on_event(self, ev: DownloadEvent) -> None:
         if ev.total:
             self.progress.setRange(0, 1000)
@@ -206,30 +286,34 @@ class ModelsPanel(QWidget):
                            + (f" / {ev.total / 1e6:,.1f}" if ev.total else "") + f" MB · {rate:,.1f} MB/s"
                            + (f" · {ev.file}" if ev.file else ""))
 
-    @Slot(object)
-    def _on_done(self, path) -> None:
-        self.progress.setVisible(False)
-        self.cancel_btn.setEnabled(False)
-        warn = f" Warnings: {'; '.join(self._dl.warnings)}" if self._dl and self._dl.warnings else ""
-        self.state.setText(f"Ready: {path}.{warn}")
-        self.refresh()
+    def _on_done(self, res) -> None:
+        path, warnings, catalogue = res
+        self._end()
+        self._show_catalogue(*catalogue)
+        self._list_maps()
+        self.state.setText(f"Ready: {path}." + (f" Warnings: {'; '.join(warnings)}" if warnings else ""))
 
-    @Slot(str, str)
     def _on_failed(self, etype: str, message: str) -> None:
+        self._end()
+        self.state.setText(f"Failed: {message}")
+
+    def _on_cancelled(self, message: str) -> None:
+        self._end()
+        self.state.setText(f"Failed: cancelled by you; nothing was kept ({message})")
+
+    def _end(self) -> None:
         self.progress.setVisible(False)
         self.cancel_btn.setEnabled(False)
-        self.state.setText(f"Failed: {message}")
         self._on_select()
 
     @Slot()
     def cancel(self) -> None:
-        if self._dl is not None:
-            self._dl.cancel()
+        if self._job is not None:
+            self._job.cancel()
 
     @Slot()
     def use_selected(self) -> None:
-        e = self.selected()
-        p = store.model_path(e, self.hub_settings()) if e else None
+        p = self._installed_path()
         if p is not None:
             self.open_model.emit(str(p))
 
@@ -239,16 +323,21 @@ class ModelsPanel(QWidget):
         if path:
             self.add_local(path)
 
-    def add_local(self, path: str) -> bool:
-        try:
-            cat.add_local(path, data_dir() / USER_MODELS)
-        except Exception as exc:  # noqa: BLE001 - ModelFileError / HubError carry the reason
-            self.state.setText(f"Not added: {exc}")
-            return False
-        self.refresh()
-        self.open_model.emit(path)
-        return True
+    def add_local(self, path: str) -> TaskHandle:
+        """Check the file and add it to the user's catalogue (in the background), then open it."""
+        hs = self.hub_settings()
+
+        def work(ctx):
+            cat.add_local(path, data_dir() / USER_MODELS)  # reads the GGUF; ModelFileError says what is wrong
+            return read_catalogue(hs)
+
+        def added(catalogue) -> None:
+            self._show_catalogue(*catalogue)
+            self.open_model.emit(path)
+
+        self.state.setText(f"Checking {Path(path).name}…")
+        return self.jobs.submit("add local model", work, owner=self, on_done=added,
+                                on_failed=lambda _type, message: self.state.setText(f"Not added: {message}"))
 
     def shutdown(self) -> None:
-        if self._job is not None:
-            self._job.stop()
+        self.jobs.shutdown()

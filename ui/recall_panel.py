@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine_service import RecallRequest
-from app.recall_task import RecallResult, RecallRow
+from app.engine_client import TaskHandle
+from app.engine_protocol import RecallRequest, RecallResult, RecallRow, TaskKind
 from backend.protocol import ProgressEvent
 from ui.heatmap import Heatmap, fmt_acc, fmt_p
 
@@ -41,7 +41,7 @@ class RecallPanel(QWidget):
     def __init__(self, service, controls, chat, parent=None):
         super().__init__(parent)
         self.service, self.controls, self.chat = service, controls, chat
-        self._task: int | None = None
+        self._task: TaskHandle | None = None
         self.request: RecallRequest | None = None
         self.rows: list[dict] = []
         self.result: RecallResult | None = None
@@ -92,10 +92,6 @@ class RecallPanel(QWidget):
         self.run_btn.clicked.connect(self.run)
         self.cancel_btn.clicked.connect(self.cancel)
         self.export_btn.clicked.connect(self.choose_export)
-        service.event.connect(self._on_event)
-        service.result.connect(self._on_result)
-        service.failed.connect(self._on_failed)
-        service.cancelled.connect(self._on_cancelled)
 
     def ridgefill_mode(self) -> str:
         mode = self.controls.mode()
@@ -127,7 +123,9 @@ class RecallPanel(QWidget):
         self.rf_map.title = f"RidgeFill ({mode}, split {split}, tail {tail:,})"
         self.rf_map.set_grid(lengths, depths, tail)
         self.summary.setText("")
-        self._task = self.service.submit("recall", self.request)
+        self._task = self.service.submit(TaskKind.RECALL, self.request, owner=self, on_event=self._on_event,
+                                         on_done=self._on_result, on_failed=self._on_failed,
+                                         on_cancelled=self._on_cancelled)
         self.run_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
         self.export_btn.setEnabled(False)
@@ -139,12 +137,10 @@ class RecallPanel(QWidget):
     @Slot()
     def cancel(self) -> None:
         if self._task is not None:
-            self.service.cancel(self._task)
+            self._task.cancel()  # this run only; the chat's answer (if any) goes on
 
-    @Slot(int, object)
-    def _on_event(self, tid: int, ev) -> None:
-        if tid != self._task:
-            return
+    # ---- the run's events (one run at a time: run() refuses a second) ----------------------------
+    def _on_event(self, ev) -> None:
         if isinstance(ev, RecallRow):
             r = ev.row
             self.rows.append(r)
@@ -159,10 +155,7 @@ class RecallPanel(QWidget):
             self.progress.setRange(0, ev.total)
             self.progress.setValue(ev.done)
 
-    @Slot(int, object)
-    def _on_result(self, tid: int, res) -> None:
-        if tid != self._task or not isinstance(res, RecallResult):
-            return
+    def _on_result(self, res: RecallResult) -> None:
         self._task = None
         self.result = res
         self.rows = list(res.rows)  # resumed answers (from an earlier identical run) included
@@ -194,19 +187,15 @@ class RecallPanel(QWidget):
                          + (f" · bulk only: p = {fmt_p(s['paired_bulk']['p_mcnemar'])}" if s.get("paired_bulk") else ""))
         self.summary.setText("<br>".join(lines))
 
-    @Slot(int, str, str)
-    def _on_failed(self, tid: int, etype: str, message: str) -> None:
-        if tid == self._task:
-            self._task = None
-            self.status.setText(f"Recall run failed: {message}")
-            self._end()
+    def _on_failed(self, etype: str, message: str) -> None:
+        self._task = None
+        self.status.setText(f"Recall run failed: {message}")
+        self._end()
 
-    @Slot(int, str)
-    def _on_cancelled(self, tid: int, message: str) -> None:
-        if tid == self._task:
-            self._task = None
-            self.status.setText(f"Cancelled ({message}); the cells done so far stay.")
-            self._end()
+    def _on_cancelled(self, message: str) -> None:
+        self._task = None
+        self.status.setText(f"Cancelled ({message}); the cells done so far stay.")
+        self._end()
 
     def _end(self) -> None:
         self.progress.setVisible(False)

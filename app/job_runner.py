@@ -1,0 +1,117 @@
+"""Background jobs on worker threads, without Qt, speaking the engine's task messages.
+
+For work that is slow but safe off the engine process: hub downloads, hashing map folders, reading the
+catalogue and the disk. `submit(label, fn)` runs `fn(ctx)` on its own daemon thread and returns a job
+id; `fn` reports with `ctx.emit(event)` and checks `ctx.cancelled` between chunks (or registers
+`ctx.on_cancel(callback)`, e.g. a DownloadJob's cancel). `poll()` returns TaskEvent, then exactly one
+of TaskDone, TaskFailed or TaskCancelled per job: the same messages as app/engine_process.py, so the
+GUI's TaskClient (app/engine_client.py) delivers both the same way.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from app.engine_protocol import TaskCancelled, TaskDone, TaskEvent, TaskFailed
+from backend.errors import Cancelled
+
+MAX_MESSAGES_PER_POLL = 400
+
+
+class JobContext:
+    """What a job's function gets: a way to report, and to learn that it should stop."""
+
+    def __init__(self, job_id: int, emit: Callable[[Any], None]):
+        self.id = job_id
+        self._emit = emit
+        self._cancel = threading.Event()
+        self._on_cancel: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def emit(self, event: Any) -> None:
+        self._emit(TaskEvent(self.id, event))
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """Call `fn` when the job is cancelled (at once if it already is); any thread may call it."""
+        with self._lock:
+            self._on_cancel.append(fn)
+            now = self._cancel.is_set()
+        if now:
+            fn()
+
+    def _request_cancel(self) -> None:
+        with self._lock:
+            self._cancel.set()
+            fns = list(self._on_cancel)
+        for fn in fns:
+            fn()
+
+
+class JobRunner:
+    """Runs each job on its own worker thread; drive submit / cancel / poll from one thread."""
+
+    def __init__(self, name: str = "ridgefill-job"):
+        self.name = name
+        self._ids = itertools.count(1)
+        self._messages: queue.Queue = queue.Queue()
+        self._jobs: dict[int, tuple[JobContext, threading.Thread]] = {}
+
+    def submit(self, label: str, fn: Callable[[JobContext], Any]) -> int:
+        if not callable(fn):
+            raise TypeError(f"a job takes a function of its context, not {type(fn).__name__}")
+        jid = next(self._ids)
+        ctx = JobContext(jid, self._messages.put)
+        thread = threading.Thread(target=self._run, args=(ctx, fn), name=f"{self.name}-{jid}-{label}"[:60],
+                                  daemon=True)
+        self._jobs[jid] = (ctx, thread)
+        thread.start()
+        return jid
+
+    def _run(self, ctx: JobContext, fn) -> None:
+        try:
+            result = fn(ctx)
+        except BaseException as exc:  # noqa: BLE001 - every ending is reported; typed errors carry the reason
+            if ctx.cancelled or isinstance(exc, (Cancelled, KeyboardInterrupt)):
+                self._messages.put(TaskCancelled(ctx.id, str(exc) or "cancelled"))
+            else:
+                self._messages.put(TaskFailed(ctx.id, type(exc).__name__, str(exc)))
+        else:
+            self._messages.put(TaskDone(ctx.id, result))
+
+    def cancel(self, job_id: int) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job[0]._request_cancel()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._jobs)
+
+    def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL) -> list:
+        out = []
+        while len(out) < max_messages:
+            try:
+                msg = self._messages.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(msg, TaskEvent):
+                if msg.id in self._jobs:
+                    out.append(msg)
+            elif self._jobs.pop(msg.id, None) is not None:
+                out.append(msg)
+        return out
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel every job and wait up to `timeout` seconds in all for their threads."""
+        for ctx, _ in self._jobs.values():
+            ctx._request_cancel()
+        deadline = time.monotonic() + timeout
+        for _, thread in list(self._jobs.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
