@@ -1,6 +1,6 @@
 """The engine process: a killed engine is reported and replaced while the chat stays; a bad model is
-reported once; the RidgeFill controls reach the engine (the mode and split it reports in its timings);
-the engine side has no Qt."""
+reported once; the RidgeFill controls reach the engine (the mode and split it reports in its timings)
+and show the model's own defaults before the engine has loaded; the engine side has no Qt."""
 from __future__ import annotations
 
 import os
@@ -134,8 +134,38 @@ def test_the_engine_process_and_its_protocol_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, app.engine_process, app.engine_protocol, app.job_runner; "
+    code = ("import sys, app.engine_process, app.engine_protocol, app.job_runner, app.model_header; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'ui')); "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_header_read_gives_the_same_model_info_as_the_full_reader(tmp_path, model_path):
+    from app.model_header import read_model_header
+    from backend.model_file import read_model_info
+    from tests.tiny_gguf import write_tiny_gguf
+
+    paths = [model_path] + [str(write_tiny_gguf(tmp_path / f"{a}.gguf", a)) for a in ("qwen2", "gemma3")]
+    for p in paths:
+        assert read_model_header(p) == read_model_info(p)
+
+
+def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, model_path):
+    """Before the engine has loaded anything, the split slider spans the model's layers and shows its
+    default split and tail (backend/ridgefill/defaults.py), not numbers of the GUI's own."""
+    from app.engine_client import EngineClient
+    from app.engine_protocol import EngineSettings
+    from backend.model_file import read_model_info
+    from backend.protocol import RIDGEFILL_MODES
+    from backend.ridgefill import defaults
+
+    info = read_model_info(model_path)
+    service = EngineClient(EngineSettings(model_path=model_path))  # never started
+    w = make_window(qtbot, service)
+    assert service.pid is None and service.info is None
+    c = w.controls
+    assert c.slider.maximum() == info.n_layer - 1
+    assert c.split() == defaults.default_split(info) and c.tail() == defaults.default_tail(info)
+    assert c.split_label.text().startswith(f"S = {c.split()}: ")
+    assert [c.mode_box.itemData(i) for i in range(c.mode_box.count())] == list(RIDGEFILL_MODES)

@@ -1,4 +1,8 @@
-"""RidgeFill controls: on/off, mode, split slider over the layers, exact tail, compare, maps status."""
+"""RidgeFill controls: on/off, mode, split slider over the layers, exact tail, compare, maps status.
+
+The modes offered are backend.protocol's RIDGEFILL_MODES (the toggle is "off"); the layer count and
+the default split and tail come from the model (ui/main_window.py: show_model), never from here.
+"""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -16,6 +20,16 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from backend.protocol import RIDGEFILL_MODES
+
+# How each mode is named in the mode box; a mode without a label here is shown by its name.
+MODE_LABELS = {
+    "speed": "speed (ridge maps)",
+    "quality": "quality (speed, names and numbers exact)",
+    "guided": "guided (speed, rows the question attends to exact)",
+    "plumb": "plumb (oracle check)",
+}
 
 STATUS_STYLE = {
     "verified": ("Maps verified ✓", "color: #2e7d32"),
@@ -36,13 +50,12 @@ class RidgeFillControls(QGroupBox):
 
     def __init__(self, parent=None):
         super().__init__("RidgeFill", parent)
-        self.n_layer = 30
+        self.n_layer = 0  # no model yet: set_model gives the layers and the defaults
         self.toggle = QCheckBox("Skip late layers for bulk rows (RidgeFill)")
         self.toggle.setChecked(True)
         self.mode_box = QComboBox()
-        self.mode_box.addItem("speed (ridge maps)", "speed")
-        self.mode_box.addItem("quality (speed, names and numbers exact)", "quality")
-        self.mode_box.addItem("plumb (oracle check)", "plumb")
+        for mode in RIDGEFILL_MODES:
+            self.mode_box.addItem(MODE_LABELS.get(mode, mode), mode)
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setTickPosition(QSlider.TicksBelow)
         self.slider.setTickInterval(1)
@@ -97,10 +110,12 @@ class RidgeFillControls(QGroupBox):
         self.download_btn.clicked.connect(lambda: self.download_maps.emit(self.split()))
         self.fit_btn.clicked.connect(lambda: self.fit_maps.emit(self.split()))
         self.fit_cancel.clicked.connect(self.cancel_fit)
-        self.set_model(30, 15, 2048)
+        self._update_label()
+        self._on_change()
 
     # -- model --
-    def set_model(self, n_layer: int, split: int, tail: int, min_tail: int = 16) -> None:
+    def set_model(self, n_layer: int, split: int, tail: int, min_tail: int) -> None:
+        """The model's layers, and the split and tail to show (its defaults or the user's saved values)."""
         self.n_layer = n_layer
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
@@ -153,11 +168,14 @@ class RidgeFillControls(QGroupBox):
         self._on_change()
 
     def _update_label(self) -> None:
+        if self.n_layer < 2:
+            self.split_label.setText("(no model)")
+            return
         s, last = self.split(), self.n_layer - 1
         self.split_label.setText(f"S = {s}: layers {s}–{last} predicted for bulk rows; layers 0–{s - 1} exact")
 
     def _on_change(self, *_) -> None:
         on = self.toggle.isChecked()
         for w in (self.mode_box, self.slider, self.tail_spin):
-            w.setEnabled(on)
+            w.setEnabled(on and self.n_layer >= 2)
         self.changed.emit()

@@ -2,6 +2,8 @@
 RidgeFill controls and the TTFT chart on the right, engine state in the status bar."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
@@ -21,8 +23,11 @@ from PySide6.QtWidgets import (
 from app.conversations import Conversation, ConversationStore
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import EngineReady, EngineSettings, FitMapsRequest, MapsStatus, MapsStatusRequest, TaskKind
+from app.model_header import read_model_header
 from app.settings import Settings
+from backend.errors import ModelFileError
 from backend.protocol import ProgressEvent
+from backend.ridgefill.defaults import MIN_TAIL, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
 from ui.models_panel import ModelsPanel
@@ -43,8 +48,11 @@ class MainWindow(QMainWindow):
         self.resize(1280, 820)
         self._maps_task: TaskHandle | None = None
         self._fit_task: TaskHandle | None = None
+        self._shown_model: tuple[str, int] | None = None  # (resolved path, n_layer) the controls show
+        self._model_defaults: tuple[int, int] | None = None  # that model's default (split, tail)
 
         self.controls = RidgeFillControls()
+        self.show_model(service.settings.model_path)  # the model's real layers and defaults, first frame
         self.chart = TtftChart()
         self.chat = ChatPanel(service, self.store, self.controls, self.chart, max_tokens=settings.max_tokens)
         self.tabs = QTabWidget()
@@ -163,13 +171,37 @@ class MainWindow(QMainWindow):
         if self.chat.load_conversation(conv):
             self.chart.clear()
 
+    # ---- the model's layers and defaults -----------------------------------------------------------
+    def show_model(self, model_path: str) -> bool:
+        """Set the controls from the model file's header (milliseconds, app/model_header.py): its layers,
+        and the user's saved split and tail where they fit it, else the model's defaults
+        (backend/ridgefill/defaults.py, the one home of defaults; the engine reports the same)."""
+        from backend.model_file import embedded_model_path
+
+        try:
+            info = read_model_header(model_path or embedded_model_path())
+        except ModelFileError as exc:
+            self.controls.set_model(0, 1, MIN_TAIL, MIN_TAIL)
+            self.controls.split_label.setText(str(exc))
+            self._shown_model = self._model_defaults = None
+            return False
+        self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info))
+        return True
+
+    def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int) -> None:
+        s = self.settings
+        split = s.split if 0 < s.split < n_layer else split0
+        tail = s.tail if s.tail >= MIN_TAIL else tail0
+        self.controls.set_model(n_layer, split, tail, MIN_TAIL)
+        self._shown_model = (str(Path(path).resolve()), n_layer)
+        self._model_defaults = (split0, tail0)
+
     # ---- engine ----------------------------------------------------------------------------------
     @Slot(object)
     def _on_ready(self, info: EngineReady) -> None:
-        s = self.settings
-        split = s.split if 0 < s.split < info.n_layer else info.default_split
-        tail = s.tail if s.tail >= info.min_tail else info.default_tail
-        self.controls.set_model(info.n_layer, split, tail, info.min_tail)
+        if self._shown_model != (str(Path(info.model_path).resolve()), info.n_layer):
+            # not the model the header said (a file replaced meanwhile): the engine's word wins
+            self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail)
         self.engine_label.setText(
             f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
             f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
@@ -204,16 +236,14 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def open_model(self, path: str) -> None:
-        from backend.errors import ModelFileError
-        from backend.model_file import read_model_info
-
         try:
-            read_model_info(path)  # a clear error here, before the engine tries
+            read_model_header(path)  # a clear error here, before the engine tries
         except ModelFileError as exc:
             QMessageBox.warning(self, "Open model", str(exc))
             return
         self.settings.model_path = path
         self.settings.save()
+        self.show_model(path)
         self.chart.clear()
         self.restart_engine()
 
@@ -294,7 +324,10 @@ class MainWindow(QMainWindow):
         s = self.settings
         s.ridgefill_on = self.controls.toggle.isChecked()
         s.compare_exact = self.controls.compare.isChecked()
-        s.split, s.tail = self.controls.split(), self.controls.tail()
+        if self._model_defaults is not None:  # a value left at the model's default is saved as "default" (0)
+            split, tail = self.controls.split(), self.controls.tail()
+            s.split = 0 if split == self._model_defaults[0] else split
+            s.tail = 0 if tail == self._model_defaults[1] else tail
         try:
             s.save()
         except OSError:
