@@ -117,14 +117,45 @@ def test_plumb_equals_off_and_the_control_fails(engine):
     assert kl(ref, control) > 0.5 and control.argmax() != ref.argmax()
 
 
+def step_logits(engine, prompt: list[int], answer: list[int]) -> np.ndarray:
+    """The logits of each generation step, fed `answer` (teacher forcing) on the cache that holds
+    `prompt`: row i is the distribution `answer[i]` was drawn from. Rows after the prompt are dropped
+    and decoded again in one batch, so two caches are compared under the same kernels."""
+    n = len(prompt)
+    engine.truncate_cache(n - 1)
+    engine.decode([prompt[-1]] + answer[:-1], n - 1, logits_last=True, logits_all=True)
+    return engine.row_logits(len(answer))
+
+
+# plumb equals off up to F16 rounding of the bulk K/V, which moves logits a little: on this prompt
+# off's top-2 margins were 3.9, 1.2, 1.5, 1.3, 1.6 and 0.014 (a near-tie: another CPU's kernels made
+# plumb pick the other token there), plumb moved them by at most 0.13, KL at most 3e-3 per step.
+# Tokens must agree up to the first step whose margin is below this bound (4x the measured move), and
+# every step's distribution, fed off's tokens, is held to the KL bound of the test above.
+TIE_MARGIN = 0.5
+
+
 @pytest.mark.slow
 def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approximate_rows(engine):
     text = engine.detokenize(induction_prompt(engine, 1700)[1:])
-    off = engine.complete(CompletionRequest(prompt=text, max_tokens=6, mode="off", reuse_prefix=False))
+    request = CompletionRequest(prompt=text, max_tokens=6, mode="off", reuse_prefix=False)
+    prompt = engine.prompt_tokens(request)
+    off = engine.complete(request)
+    off_steps = step_logits(engine, prompt, off.tokens)
     plumb = complete(engine, CompletionRequest(prompt=text, max_tokens=6, mode="plumb", split=18))
     t = plumb.timings
     assert (t.mode, t.split, t.tail) == ("plumb", 18, 512) and t.bulk_n == (plumb.prompt_tokens - 512) // 512 * 512
-    assert plumb.tokens == off.tokens
+    assert engine.kv_exact is False
+    plumb_steps = step_logits(engine, prompt, off.tokens)  # on plumb's cache: its approximated bulk stays
+    rows, (second, first) = np.arange(len(off.tokens)), np.argsort(off_steps, axis=1)[:, -2:].T
+    margins = off_steps[rows, first] - off_steps[rows, second]
+    moved = np.abs(plumb_steps[rows, first] - plumb_steps[rows, second] - margins)
+    kls = [kl(a, b) for a, b in zip(off_steps, plumb_steps)]
+    print(f"top-2 margins in off {np.round(margins, 3)}, moved by plumb {np.round(moved, 3)}, KL {np.round(kls, 5)}")
+    assert max(kls) < 1e-2, kls
+    ties = [i for i, m in enumerate(margins) if m < TIE_MARGIN]
+    agree_to = ties[0] if ties else len(off.tokens)
+    assert plumb.tokens[:agree_to] == off.tokens[:agree_to], (plumb.tokens, off.tokens, margins)
     assert engine.kv_exact is False
     again = engine.complete(CompletionRequest(prompt=text, max_tokens=1, mode="off"))
     assert again.timings.cache_n == 0  # the approximated cache is not reused by an exact request
