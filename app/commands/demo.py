@@ -6,8 +6,8 @@ from app.commands.common import format_timings, open_engine, stderr_progress
 from backend.completion import complete
 from backend.demo import DEMO_ANSWER, DEMO_QUESTION, demo_document
 from backend.documents import document_messages
+from backend.evals.compare import answers_agree
 from backend.protocol import CompletionRequest
-from ui.format import answers_agree
 
 
 def register(sub) -> None:
