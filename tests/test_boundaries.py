@@ -1,29 +1,53 @@
-"""Architecture rules: the backend never imports Qt; the UI never calls llama.cpp itself."""
-import ast
+"""Architecture rules as import-linter contracts ([tool.importlinter] in pyproject.toml), run here as a
+developer runs them by hand: `lint-imports`. grimp counts every import statement, those inside
+functions included, and follows chains of imports (the forbidden and layers contracts forbid indirect
+imports too).
+
+- backend never imports Qt (PySide6, shiboken6, PyQt5/6, pyqtgraph);
+- the engine child process (app.engine_process, app.engine_protocol) is Qt-free;
+- layers ui -> app -> backend: backend never imports app or ui, app never imports ui (but for the
+  GUI's entry point and the self-test, which start the window);
+- the UI never calls llama.cpp itself (no direct import of llama_cpp);
+- no import cycles in backend: between the children of every package in it, at every depth.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = ROOT / "pyproject.toml"
+CONTRACTS = [c["name"] for c in tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]]
 
 
-def imported_modules(folder: str) -> dict[str, set[str]]:
-    found = {}
-    for path in (ROOT / folder).rglob("*.py"):
-        names = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.split(".")[0])
-        found[str(path.relative_to(ROOT))] = names
-    return found
+@cache
+def lint_imports() -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run(
+        [str(exe), "--config", str(PYPROJECT), "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
 
 
-def test_backend_has_no_qt():
-    offenders = {f: n & {"PySide6", "PyQt5", "PyQt6", "pyqtgraph", "ui", "app"}
-                 for f, n in imported_modules("backend").items()}
-    assert not {f: n for f, n in offenders.items() if n}
+def test_the_contracts_are_all_there():
+    assert set(CONTRACTS) == {
+        "backend never imports Qt",
+        "the engine child process is Qt-free",
+        "layers: ui -> app -> backend",
+        "the UI never calls llama.cpp itself",
+        "no import cycles in backend",
+    }
 
 
-def test_ui_does_not_touch_llama_cpp():
-    offenders = {f: n & {"llama_cpp"} for f, n in imported_modules("ui").items()}
-    assert not {f: n for f, n in offenders.items() if n}
+@pytest.mark.parametrize("name", CONTRACTS)
+def test_contract_is_kept(name):
+    r = lint_imports()
+    lines = [line.strip() for line in r.stdout.splitlines()]
+    kept = any(line.startswith(f"{name} KEPT") for line in lines)
+    assert kept, f"`lint-imports` (exit {r.returncode}) does not keep {name!r}:\n{r.stdout}{r.stderr}"
