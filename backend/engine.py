@@ -197,9 +197,10 @@ class Engine:
     def kv_exact(self) -> bool:
         return self.cache.all_exact
 
-    def mark_exact(self, start: int, end: int) -> None:
-        """Rows [start, end) of sequence 0 now hold K/V computed through every layer."""
-        self.cache.mark_exact(start, end)
+    def mark_exact(self, start: int, end: int, cells=None) -> None:
+        """Rows [start, end) of sequence 0 now hold K/V computed through every layer (in `cells`,
+        where the caller knows them)."""
+        self.cache.mark_exact(start, end, cells)
 
     # ---- eval callback -------------------------------------------------------------------------
     @contextmanager

@@ -18,7 +18,7 @@ class CachedRows:
         self._tokens: list[int] = []
         self._how: list[str | None] = []  # per row: None = exact, else the approximation's tag
         # per row: its cell in the cache of the lower layers, where known (-1 else). RidgeFill records
-        # it for the rows it approximates; scoring them (guided) reads their exact lower-layer keys there.
+        # it for the rows it writes or makes exact; guided scoring reads their exact lower-layer keys there.
         self._cell: list[int] = []
 
     # ---- reading ---------------------------------------------------------------------------------
@@ -36,6 +36,11 @@ class CachedRows:
 
     def tags(self) -> set[str]:
         return {h for h in self._how if h is not None}
+
+    def with_cells(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Positions in [start, end) whose cell is known: rows RidgeFill wrote or made exact."""
+        end = len(self._cell) if end is None else min(end, len(self._cell))
+        return [p for p in range(max(0, start), end) if self._cell[p] >= 0]
 
     def approximated(self, start: int = 0, end: int | None = None) -> list[int]:
         """Positions in [start, end) whose rows are approximated."""
@@ -67,11 +72,11 @@ class CachedRows:
         if cells is not None:
             self._cell[start : start + len(cells)] = [int(c) for c in cells]
 
-    def mark_exact(self, start: int, end: int) -> None:
-        """Rows decoded again through every layer (into new cells)."""
-        for p in range(max(0, start), min(end, len(self._how))):
+    def mark_exact(self, start: int, end: int, cells=None) -> None:
+        """Rows decoded again through every layer, into `cells` where known."""
+        for i, p in enumerate(range(max(0, start), min(end, len(self._how)))):
             self._how[p] = None
-            self._cell[p] = -1
+            self._cell[p] = -1 if cells is None else int(cells[p - start])
 
     def truncate(self, n_keep: int) -> None:
         del self._tokens[max(0, n_keep):]

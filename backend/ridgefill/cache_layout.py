@@ -202,3 +202,43 @@ def read_index(node: Node) -> np.ndarray:
         raise LayoutRefused(f"{node.name} is not I64")
     n = node.ne[0] * node.ne[1]
     return node.array(np.int64, (n,)).copy()
+
+
+class CellTap:
+    """Eval hook that records, per cell-index group, the cells a ubatch's rows are written to (graph
+    inputs, set before compute, so read when the SET_ROWS node is offered); it wants no node."""
+
+    def __init__(self, layout: GraphLayout):
+        self.cache_index = layout.cache_index()
+        self.set_rows_op = layout.set_rows_op
+        self.first_group = layout.layers[min(layout.layers)].k_index
+        self.reset()
+
+    def reset(self) -> None:
+        self.idx: dict[str, np.ndarray] = {}
+        self.error: str | None = None
+
+    def read_cells(self, tensor: int) -> bool:
+        """True when `tensor` is a cache write (its cell indices are recorded); never raises into C."""
+        if ggml_graph.view(tensor).op != self.set_rows_op:
+            return False
+        try:
+            node = Node(tensor)
+            group = self.cache_index.get(node.src(2).root().name)
+            if group is not None and group not in self.idx:
+                self.idx[group] = read_index(node.src(1))
+        except Exception as exc:
+            self.error = f"cell indices: {exc}"
+        return True
+
+    def first_layer_cells(self) -> np.ndarray | None:
+        """The cells of layer 0's K cache (every layer's, without sliding-window caches)."""
+        return self.idx.get(self.first_group)
+
+    def wants(self, tensor: int) -> bool:
+        self.read_cells(tensor)
+        return False
+
+    def seen(self, tensor: int) -> bool:  # pragma: no cover - nothing is wanted
+        return True
+

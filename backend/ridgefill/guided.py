@@ -26,17 +26,28 @@ from .selected_rows import Run, runs_of
 @dataclass(frozen=True)
 class GuidedParams:
     window: int = 32  # prompt rows whose attention scores the bulk
-    layers: tuple[float, ...] = (0.6,)  # scoring layers, as shares of the split (rounded, below it)
+    layers: tuple[float, ...] = (0.24,)  # scoring layers as shares of the model's depth (below the split)
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
-    forward: int = 20  # rows taken after it: the question repeats the key; the value follows
-    budget: int = 96  # rows made exact per question, at most (plus one window's overshoot)
+    forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
+    peaks: int = 6  # distinct places the question points to, made exact
+    budget: int = 256  # rows made exact per question, at most
 
-    def scoring_layers(self, split: int) -> list[int]:
-        return sorted({min(split - 1, max(1, round(f * split))) for f in self.layers})
+    def scoring_layers(self, n_layer: int, split: int) -> list[int]:
+        return sorted({min(split - 1, max(1, round(f * n_layer))) for f in self.layers})
 
 
 DEFAULT = GuidedParams()
+SENTENCE_END = (".", "?", "!", "\n")
+
+
+def sentence_ends(pieces: list[str]) -> list[int]:
+    """For each row p, the first row from p + 2 on whose text ends a sentence (the last row if none)."""
+    n = len(pieces)
+    next_end = [n - 1] * (n + 2)
+    for q in range(n - 1, -1, -1):
+        next_end[q] = q if any(c in pieces[q] for c in SENTENCE_END) else next_end[q + 1]
+    return [next_end[min(p + 2, n)] for p in range(n)]
 
 
 def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> dict[int, np.ndarray]:
@@ -59,13 +70,24 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     return tap.rows
 
 
-def attention_scores(queries: torch.Tensor, keys: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """Per bulk row, the attention it gets: queries (w, n_head, d), keys (n, n_head_kv, d) →
-    softmax over the n rows per head and query, summed over the w queries, max over heads: (n,)."""
+def attention_scores(queries: torch.Tensor, keys: torch.Tensor, head_dim: int,
+                     own_keys: torch.Tensor | None = None, heads: str = "max") -> torch.Tensor:
+    """Per bulk row, the attention it gets: queries (w, n_head, d), keys (n, n_head_kv, d) → softmax
+    per head and query over the n rows and (causally) the window's own keys (w, n_head_kv, d), summed
+    over the w queries, max (or sum) over heads: (n,). The window's own keys keep a query that looks at
+    its neighbours from spreading that mass over the bulk."""
     n_head, n_head_kv = queries.shape[1], keys.shape[1]
-    k = keys.repeat_interleave(n_head // n_head_kv, dim=1)  # (n, n_head, d): grouped-query heads
+    n = keys.shape[0]
+    if own_keys is not None:
+        keys = torch.cat([keys, own_keys])
+    k = keys.repeat_interleave(n_head // n_head_kv, dim=1)  # (n + w, n_head, d): grouped-query heads
     logits = torch.einsum("whd,nhd->hwn", queries, k) / head_dim**0.5
-    return logits.softmax(dim=-1).sum(dim=1).amax(dim=0)
+    if own_keys is not None:
+        w = queries.shape[0]
+        future = torch.triu(torch.ones(w, w, dtype=torch.bool), diagonal=1)
+        logits[:, :, n:] = logits[:, :, n:].masked_fill(future, float("-inf"))
+    probs = logits.softmax(dim=-1)[:, :, :n].sum(dim=1)
+    return probs.amax(dim=0) if heads == "max" else probs.sum(dim=0)
 
 
 def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
@@ -77,19 +99,18 @@ def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
 
 def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
                params: GuidedParams) -> torch.Tensor:
-    """One score per candidate row (approximated bulk positions, in order): each layer's pooled
+    """One score per candidate row (bulk positions with a known cell, in order): each layer's pooled
     attention scaled to a maximum of 1, averaged over the scoring layers."""
     pos = torch.arange(len(tokens) - params.window, len(tokens))
     cells = np.asarray(engine.cache.cells(candidates))
-    if (cells < 0).any():
-        raise ValueError("an approximated row without a recorded cell")
     total = torch.zeros(len(candidates))
     qpath = setup.query_path(sorted(streams))
     for il, h in streams.items():
         ll = setup.layout.layers[il]
         q = qpath.queries(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)
         k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
-        s = attention_scores(q, k, ll.head_dim_k)
+        own = setup.writer.compute(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)[0]
+        s = attention_scores(q, k, ll.head_dim_k, own.view(len(pos), ll.n_head_kv, ll.head_dim_k))
         if candidates[0] == 0:
             s[0] = 0.0  # the first row is an attention sink, whatever the question
         s = pooled(s, params.pool)
@@ -97,26 +118,37 @@ def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams:
     return total / len(streams)
 
 
-def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams,
-           max_run: int) -> list[Run]:
-    """Best rows first, each with `back` rows before and `forward` after, until `budget` rows."""
+def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
+           ends: list[int] | None = None) -> list[Run]:
+    """Peaks first: the best row not yet covered, with `back` rows before it and the rows after it to
+    the end of its sentence (`ends`, at most `forward`), until `peaks` places or `budget` rows."""
     chosen: set[int] = set()
+    taken = 0
     for i in torch.argsort(scores, descending=True).tolist():
-        if len(chosen) >= params.budget:
+        if taken >= params.peaks or len(chosen) >= params.budget:
             break
         p = candidates[i]
-        chosen.update(range(max(0, p - params.back), min(bulk_end, p + 1 + params.forward)))
+        if p in chosen:
+            continue
+        last = min(bulk_end - 1, p + params.forward)
+        if ends is not None:
+            last = min(last, max(ends[p], p))
+        chosen.update(range(max(0, p - params.back), last + 1))
+        taken += 1
     return runs_of(chosen, max_run)
 
 
 def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
                 params: GuidedParams = DEFAULT) -> list[Run]:
-    candidates = engine.cache.approximated(0, bulk_end)
-    if not candidates:
+    """The runs this question wants exact. Rows made exact before (a follow-up) are scored too and
+    count towards the budget, so a question asked again selects what is already exact."""
+    if not engine.cache.approximated(0, bulk_end):
         return []
-    layers = params.scoring_layers(plan.split)
+    candidates = engine.cache.with_cells(0, bulk_end)
+    layers = params.scoring_layers(engine.info.n_layer, plan.split)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
     with phases("score"):
         scores = score_rows(engine, setup, tokens, candidates, streams, params)
-    return select(candidates, scores, bulk_end, params, engine.config.n_batch)
+        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]])
+    return select(candidates, scores, bulk_end, params, engine.config.n_batch, ends)

@@ -18,7 +18,7 @@ from ..engine import ExactPrefill, PrefillReport
 from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from . import ggml_graph
-from .cache_layout import LayoutRefused, read_index
+from .cache_layout import CellTap, LayoutRefused
 from .capture import capture_streams
 from .plan import RidgeFillPlan, bulk_rows, plan_ridgefill
 from .setup import RidgeFillSetup, ridgefill_setup
@@ -26,37 +26,25 @@ from .setup import RidgeFillSetup, ridgefill_setup
 log = logging.getLogger(__name__)
 
 
-class _BulkTap:
-    """Eval hook for a bulk ubatch: reads each cache's cell indices (at ask time, as graph inputs are
-    set before compute), reads `l_out-(S-1)`, then stops the graph (yes to every later ask, no to every
-    later 'go on', so further splits stop too)."""
+class _BulkTap(CellTap):
+    """Eval hook for a bulk ubatch: reads each cache's cell indices, reads `l_out-(S-1)`, then stops the
+    graph (yes to every later ask, no to every later 'go on', so further splits stop too)."""
 
-    def __init__(self, split: int, cache_index: dict[str, str], set_rows_op: int):
+    def __init__(self, split: int, layout):
         self.cut_name = f"l_out-{split - 1}".encode()
-        self.cache_index = cache_index
-        self.set_rows_op = set_rows_op
-        self.reset()
+        super().__init__(layout)
 
     def reset(self) -> None:
+        super().reset()
         self.h: np.ndarray | None = None
-        self.idx: dict[str, np.ndarray] = {}
         self.cut = False
-        self.error: str | None = None
 
     def wants(self, tensor: int) -> bool:
         if self.cut:
             return True
-        t = ggml_graph.view(tensor)
-        if t.op == self.set_rows_op:
-            try:
-                node = ggml_graph.Node(tensor)
-                group = self.cache_index.get(node.src(2).root().name)
-                if group is not None and group not in self.idx:
-                    self.idx[group] = read_index(node.src(1))
-            except Exception as exc:  # never raise into C
-                self.error = f"cell indices: {exc}"
+        if self.read_cells(tensor):
             return False
-        return t.name == self.cut_name
+        return ggml_graph.view(tensor).name == self.cut_name
 
     def seen(self, tensor: int) -> bool:
         if self.cut:
@@ -125,14 +113,17 @@ def one_torch_thread():
 
 
 def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,
-                      reuse_prefix: bool = False, write_late: bool = True, share: float | None = None) -> PrefillReport:
+                      reuse_prefix: bool = False, write_late: bool = True, share: float | None = None,
+                      guided=None) -> PrefillReport:
     """Plan and run a RidgeFill prefill of `tokens` (evals and tests; requests go through plan_prefill).
     Leaves the last token's logits ready, like Engine.prefill.
 
     `maps` None: the verified maps for this model and split. `write_late=False` skips the late-layer
     writes (a control that must differ from exact); `reuse_prefix` reuses a cached prefix that is exact
-    or written the same way; `share` (quality): the share of bulk rows made exact again."""
-    plan = plan_ridgefill(engine, len(tokens), mode, split, tail, maps=maps, share=share, write_late=write_late)
+    or written the same way; `share` (quality): the share of bulk rows made exact again; `guided`: a
+    guided.GuidedParams."""
+    plan = plan_ridgefill(engine, len(tokens), mode, split, tail, maps=maps, share=share, guided=guided,
+                          write_late=write_late)
     return plan.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
 
 
@@ -164,26 +155,41 @@ def _run(engine, plan: RidgeFillPlan, tokens, reuse_prefix, on_event, cancel) ->
         source = _Predictor(plan.maps)
         start = engine.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
         engine.truncate_cache(start)
-    report.cache_n = pos = start
-    tap = _BulkTap(plan.split, setup.layout.cache_index(), setup.layout.set_rows_op)
+    report.cache_n = start
+    report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
+                              t0=t0)
+    pos = max(start, bulk_end)
+    if plan.mode in ("quality", "guided"):
+        with phases("exact_rows"):
+            report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
+    with phases("tail"):
+        chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+        engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
+    report.prompt_ms = (time.perf_counter() - t0) * 1000
+    report.breakdown_ms = phases.rounded()
+    return report
+
+
+def bulk_pass(engine, plan: RidgeFillPlan, tokens: list[int], start: int, bulk_end: int, source,
+              phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
+    """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
+    late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
+    Cancelled between chunks."""
+    setup = ridgefill_setup(engine)
+    phases = phases or _Phases()
+    t0 = time.perf_counter() if t0 is None else t0
+    tap = _BulkTap(plan.split, setup.layout)
     chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+    pos = start
     while pos < bulk_end:
         if cancel is not None and cancel():
             raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
         n = min(chunk_n, bulk_end - pos)
         _bulk_chunk(engine, setup, plan, tokens, pos, n, source, tap, phases, swa_from=bulk_end - setup.n_swa)
         pos += n
-        report.bulk_n += n
         if on_event is not None:
             on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
-    if plan.mode in ("quality", "guided"):
-        with phases("exact_rows"):
-            report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
-    with phases("tail"):
-        engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
-    report.prompt_ms = (time.perf_counter() - t0) * 1000
-    report.breakdown_ms = phases.rounded()
-    return report
+    return max(0, pos - start)
 
 
 def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
@@ -205,13 +211,13 @@ def _bulk_chunk(engine, setup: RidgeFillSetup, plan: RidgeFillPlan, tokens, pos:
     if tap.error or tap.h is None or tap.h.shape[0] != n:
         raise LayoutRefused(f"bulk pass: {tap.error or 'the split stream was not seen'}")
     layout = setup.layout
-    engine.cache.record_cells(pos, tap.idx.get(layout.layers[0].k_index))
+    engine.cache.record_cells(pos, tap.first_layer_cells())
+    if not plan.write_late:
+        return
     with phases("predict"):
         h = torch.from_numpy(tap.h)
         inputs = source.late_inputs(h, slice(pos, pos + n))
         inputs[plan.split] = h
-    if not plan.write_late:
-        return
     with phases("write"):
         positions = torch.arange(pos, pos + n)
         for il in range(plan.split, engine.info.n_layer):
@@ -240,7 +246,7 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan: RidgeFillPlan, tokens,
     else:
         from .guided import guided_runs
 
-        chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases)
+        chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases, plan.guided)
     todo = set(engine.cache.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.config.n_batch)
-    return redecode_exact(engine, tokens, runs, cancel=cancel)
+    return redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout))

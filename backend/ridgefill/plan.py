@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..engine import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
 from .defaults import MIN_BULK, MIN_TAIL, default_split, default_tail
+from .guided import GuidedParams
 from .setup import ridgefill_setup
 
 
@@ -24,6 +25,7 @@ class RidgeFillPlan:
     note: str = ""  # why the mode differs from the one asked for
     warnings: list[str] = field(default_factory=list)
     share: float | None = None  # quality: share of bulk rows made exact
+    guided: GuidedParams = GuidedParams()  # guided: how the question's attention picks rows
     write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
@@ -65,7 +67,8 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
 
 
 def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, maps=None,
-                   share: float | None = None, write_late: bool = True) -> RidgeFillPlan | ExactPrefill:
+                   share: float | None = None, guided: GuidedParams | None = None,
+                   write_late: bool = True) -> RidgeFillPlan | ExactPrefill:
     """A RidgeFill plan for a prompt of `n_tokens`, or ExactPrefill with the reason it cannot run.
     `maps` None: the verified maps for this model and split (loaded once, see setup.py)."""
     why = refusal(engine, n_tokens, mode, split, tail)
@@ -92,7 +95,8 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
                             f"{list(maps.layers)[:1]}.., not split {split}: ran exact.")
     tag = f"s{split}:{getattr(maps, 'folder', id(maps))}"
     return RidgeFillPlan(mode, split, tail, maps=maps, tag=tag, note=note,
-                         warnings=list(getattr(maps, "warnings", []) or []), share=share, write_late=write_late)
+                         warnings=list(getattr(maps, "warnings", []) or []), share=share,
+                         guided=guided or GuidedParams(), write_late=write_late)
 
 
 def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:

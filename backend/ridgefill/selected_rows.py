@@ -92,11 +92,13 @@ def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
     return out
 
 
-def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None) -> int:
+def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
+                   cells=None) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs ~6x more per row at 4K tokens). Sequences 1.. are empty afterwards, whatever happens."""
+    costs ~6x more per row at 4K tokens). Sequences 1.. are empty afterwards, whatever happens.
+    `cells` (a cache_layout.CellTap): records where the new rows landed, so they can be scored again."""
     done = 0
     groups = batches(runs, engine.config.n_batch, engine.n_seq - 1)
     try:
@@ -109,12 +111,21 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 toks += tokens[run.start : run.end]
                 pos += range(run.start, run.end)
                 seqs += [s] * len(run)
-            engine.decode_rows(toks, pos, seqs)
+            new_cells = None
+            if cells is None:
+                engine.decode_rows(toks, pos, seqs)
+            else:
+                cells.reset()
+                with engine.hooked(cells):
+                    engine.decode_rows(toks, pos, seqs)
+                new_cells = cells.first_layer_cells()
+            at = 0  # where each run's rows sit in the batch
             for s, run in enumerate(group, start=1):
                 engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
                 engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
                 engine.seq_remove(s, -1, -1)
-                engine.mark_exact(run.start, run.end)
+                engine.mark_exact(run.start, run.end, None if new_cells is None else new_cells[at : at + len(run)])
+                at += len(run)
                 done += len(run)
     finally:
         engine.clear_spare_sequences()

@@ -1,0 +1,164 @@
+"""Selection hit rate: does guided mode's choice of rows to make exact hold the asked needle?
+
+No generation: for each needle item, the bulk pass (layers below the split, the graph cut there, no
+late writes: scoring reads only exact lower-layer keys), then one probe per window size capturing the
+stream entering every layer below the split, then, for each configuration (window, scoring layers,
+head pooling, row pooling, forward window, budget), the rows guided mode would select. A hit: every
+row from the asked needle's key to the end of its value is selected (all asked needles, multivalue).
+Results go to a JSONL file, one line per item, so a long run resumes.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import Cancelled
+from ..ridgefill.guided import GuidedParams, attention_scores, pooled, probe_streams, select, sentence_ends
+from ..ridgefill.injection import bulk_pass, one_torch_thread
+from ..ridgefill.plan import RidgeFillPlan
+from ..ridgefill.setup import ridgefill_setup
+from .needles import NeedleItem
+
+
+@dataclass(frozen=True)
+class Grid:
+    windows: tuple[int, ...] = (16, 32)
+    layer_sets: tuple[tuple[int, ...], ...] = ((3,), (5,), (7,), (9,), (11,), (5, 7), (6, 7, 8), (7, 9), (7, 11))
+    # (heads, softmax over): the design is max over heads, each query's softmax over the bulk and the
+    # window's own earlier rows; the other two are ablations, run at window 32 and layer 7 only.
+    variants: tuple[tuple[str, str], ...] = (("max", "bulk+window"), ("sum", "bulk+window"), ("max", "bulk"))
+    pools: tuple[int, ...] = (1, 5)
+    forwards: tuple[str, ...] = ("20", "sentence")  # a fixed 20 rows, or to the sentence's end (at most 40)
+    peaks: tuple[int, ...] = (2, 4, 6, 8)
+    back: int = 4
+    budget: int = 256
+
+
+def config_key(w, layers, head, norm, pool, fwd, peaks) -> str:
+    return f"W{w}|L{'-'.join(map(str, layers))}|{head}|{norm}|p{pool}|f{fwd}|k{peaks}"
+
+
+def needed_rows(engine, tokens: list[int], item: NeedleItem) -> list[int]:
+    """Rows from each asked needle's key to the end of its value."""
+    rows = []
+    for nd in item.asked:
+        key_at = next((p for p in range(nd.start, nd.end) if nd.key in engine.detokenize(tokens[nd.start : p + 1])),
+                      nd.start)
+        while key_at > nd.start and nd.key in engine.detokenize(tokens[key_at : nd.end]):
+            key_at -= 1  # back to the first token that holds part of the key
+        if nd.key not in engine.detokenize(tokens[key_at : nd.end]):
+            key_at += 1
+        rows += range(key_at, nd.end)
+    return rows
+
+
+def _layer_scores(engine, setup, tokens, candidates, streams, window, head: str, norm: str) -> dict[int, torch.Tensor]:
+    pos = torch.arange(len(tokens) - window, len(tokens))
+    cells = np.asarray(engine.cache.cells(candidates))
+    qpath = setup.query_path(sorted(streams))
+    out = {}
+    for il, h in streams.items():
+        ll = setup.layout.layers[il]
+        q = qpath.queries(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)
+        k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
+        own = None
+        if norm == "bulk+window":
+            own = setup.writer.compute(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)[0]
+            own = own.view(window, ll.n_head_kv, ll.head_dim_k)
+        s = attention_scores(q, k, ll.head_dim_k, own, heads=head)
+        s[0] = 0.0  # the attention sink
+        out[il] = s
+    return out
+
+
+def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> dict:
+    tokens = engine.prompt_tokens(item.request())
+    bulk_end = len(tokens) - tail
+    need = needed_rows(engine, tokens, item)
+    if max(need) >= bulk_end:
+        return {"id": item.id, "bulk": False}
+    setup = ridgefill_setup(engine)
+    engine.truncate_cache(0)
+    plan = RidgeFillPlan("guided", split, tail, tag="hit-rate", write_late=False)
+    with one_torch_thread():
+        bulk_pass(engine, plan, tokens, 0, bulk_end, None)
+        candidates = list(range(bulk_end))
+        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]])
+        layers = sorted({il for ls in grid.layer_sets for il in ls if il < split})
+        hits, ranks = {}, {}
+        for w in grid.windows:
+            streams = probe_streams(engine, tokens, layers, w)
+            for head, norm in grid.variants:
+                ablation = (head, norm) != grid.variants[0]
+                if ablation and w != 32:
+                    continue
+                per_layer = _layer_scores(engine, setup, tokens, candidates, streams, w, head, norm)
+                for ls, pool in itertools.product(grid.layer_sets, grid.pools):
+                    if max(ls) >= split or (ablation and ls != (7,)):
+                        continue
+                    score = sum(pooled(per_layer[il], pool) / pooled(per_layer[il], pool).max() for il in ls) / len(ls)
+                    order = torch.argsort(score, descending=True)
+                    rank_of = torch.empty_like(order)
+                    rank_of[order] = torch.arange(len(order))
+                    ranks[config_key(w, ls, head, norm, pool, "-", 0)] = int(rank_of[need].min())
+                    for fwd, peaks in itertools.product(grid.forwards, grid.peaks):
+                        sentence = fwd == "sentence"
+                        p = GuidedParams(window=w, pool=pool, back=grid.back, forward=40 if sentence else int(fwd),
+                                         peaks=peaks, budget=grid.budget)
+                        runs = select(candidates, score, bulk_end, p, engine.config.n_batch, ends if sentence else None)
+                        chosen = {q for r in runs for q in range(r.start, r.end)}
+                        hits[config_key(w, ls, head, norm, pool, fwd, peaks)] = {
+                            "hit": all(q in chosen for q in need), "rows": len(chosen)}
+    engine.truncate_cache(0)
+    return {"id": item.id, "bulk": True, "length": item.length, "depth": item.depth, "variant": item.variant,
+            "haystack": item.haystack, "needle_pos": item.needle_pos, "bulk_end": bulk_end, "hits": hits,
+            "best_rank": ranks}
+
+
+def run_hit_rate(engine, items: list[NeedleItem], split: int, tail: int, out: str | Path, grid: Grid = Grid(),
+                 on_item: Callable[[int, int, dict], None] | None = None,
+                 cancel: Callable[[], bool] | None = None) -> list[dict]:
+    """One JSONL line per item in `out`; items already there are not run again."""
+    out = Path(out)
+    done = {}
+    if out.exists():
+        for line in out.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done[rec["id"]] = rec
+    results = []
+    for i, item in enumerate(items):
+        if cancel is not None and cancel():
+            raise Cancelled("hit-rate run cancelled")
+        rec = done.get(item.id)
+        if rec is None:
+            rec = item_hits(engine, item, split, tail, grid)
+            with out.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+        results.append(rec)
+        if on_item is not None:
+            on_item(i + 1, len(items), rec)
+    return results
+
+
+def summarise(results: list[dict]) -> list[tuple[str, int, int, dict]]:
+    """(config, hits, n, hits per haystack, mean rows selected) over bulk items, best first."""
+    bulk = [r for r in results if r.get("bulk")]
+    if not bulk:
+        return []
+    keys = bulk[0]["hits"].keys()
+    rows = []
+    for k in keys:
+        per: dict[str, list[int]] = {}
+        for r in bulk:
+            per.setdefault(r["haystack"], []).append(int(r["hits"][k]["hit"]))
+        hits = sum(sum(v) for v in per.values())
+        mean_rows = sum(r["hits"][k]["rows"] for r in bulk) / len(bulk)
+        rows.append((k, hits, len(bulk), {h: f"{sum(v)}/{len(v)}" for h, v in per.items()}, mean_rows))
+    return sorted(rows, key=lambda r: (-r[1], r[4], r[0]))
