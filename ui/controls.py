@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from backend.protocol import RIDGEFILL_MODES
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 # How each mode is named in the mode box; a mode without a label here is shown by its name.
 MODE_LABELS = {
@@ -56,6 +57,7 @@ class RidgeFillControls(QGroupBox):
         self.mode_box = QComboBox()
         for mode in RIDGEFILL_MODES:
             self.mode_box.addItem(MODE_LABELS.get(mode, mode), mode)
+        self.mode_box.setCurrentIndex(self.mode_box.findData(DEFAULT_MODE))
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setTickPosition(QSlider.TicksBelow)
         self.slider.setTickInterval(1)

@@ -6,7 +6,8 @@ import sys
 
 from app.commands.common import open_engine
 from backend.evals.ttft import rows_as_dicts, run_ttft_bench
-from backend.ridgefill.defaults import default_split, default_tail
+from backend.protocol import RIDGEFILL_MODES
+from backend.ridgefill.defaults import DEFAULT_MODE, default_split, default_tail
 
 
 def register(sub) -> None:
@@ -14,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--lengths", default="2048,4096,8000", help="prompt lengths in tokens, comma-separated")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S (default: the model's)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
-    p.add_argument("--mode", default="speed", choices=["speed", "quality", "plumb"], help="the RidgeFill mode to time")
+    p.add_argument("--mode", default=DEFAULT_MODE, choices=RIDGEFILL_MODES,
+                   help=f"the RidgeFill mode to time (default {DEFAULT_MODE})")
     p.add_argument("--repeats", type=int, default=3, help="runs per mode and length (the median is shown)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

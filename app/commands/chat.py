@@ -7,7 +7,7 @@ import sys
 from app.commands.common import format_timings, open_engine, stderr_progress
 from backend.completion import complete
 from backend.documents import document_messages, read_document
-from backend.protocol import ChatMessage, CompletionRequest, TokenEvent
+from backend.protocol import MODES, ChatMessage, CompletionRequest, TokenEvent
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("question")
     p.add_argument("--doc", help="a .txt, .md or .pdf file to ask about")
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--mode", default="off", choices=["off", "speed", "quality", "plumb"], help="off (exact) or a RidgeFill mode")
+    p.add_argument("--mode", default="off", choices=MODES, help="off (exact) or a RidgeFill mode")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S")
     p.add_argument("--tail", type=int, default=None, help="RidgeFill exact tail T")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -1,5 +1,6 @@
 """`python -m app demo`: the headless main job. A long bundled document, one question, answered by
-RidgeFill (`speed`) and by the exact model on the same prompt, with both times to first token."""
+RidgeFill (its default mode, split and tail) and by the exact model on the same prompt, with both times
+to first token."""
 from __future__ import annotations
 
 from app.commands.common import format_timings, open_engine, stderr_progress
@@ -8,6 +9,7 @@ from backend.demo import DEMO_ANSWER, DEMO_QUESTION, demo_document
 from backend.documents import document_messages
 from backend.evals.compare import answers_agree
 from backend.protocol import CompletionRequest
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 
 def register(sub) -> None:
@@ -29,14 +31,14 @@ def run(args) -> int:
 
     warm_up(engine)
     results = {}
-    for mode, label in (("speed", "RidgeFill (speed)"), ("off", "Exact model")):
+    for mode, label in ((DEFAULT_MODE, f"RidgeFill ({DEFAULT_MODE})"), ("off", "Exact model")):
         request = CompletionRequest(messages=messages, max_tokens=24, mode=mode, reuse_prefix=False)
         result = results[mode] = complete(engine, request, on_event=stderr_progress(mode))
         verdict = "correct" if DEMO_ANSWER in result.text else f"wrong, expected {DEMO_ANSWER}"
         print(f"{label} answers ({verdict}): {result.text.strip()}")
         print(format_timings(result.timings) + "\n")
-    fast, exact = results["speed"].timings, results["off"].timings
-    same = answers_agree(results["speed"].text, results["off"].text)
+    fast, exact = results[DEFAULT_MODE].timings, results["off"].timings
+    same = answers_agree(results[DEFAULT_MODE].text, results["off"].text)
     print(f"Time to first token: RidgeFill {fast.ttft_ms:,.0f} ms vs exact {exact.ttft_ms:,.0f} ms "
           f"({exact.ttft_ms / fast.ttft_ms:.2f}x); the answers {'agree' if same else 'differ'}.")
     return 0

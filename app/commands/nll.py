@@ -10,6 +10,7 @@ from app.paths import data_dir
 from backend.evals.haystacks import file_haystack
 from backend.evals.nll import LAST_N, nll_documents, run_nll
 from backend.evals.report import table
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 
 def register(sub) -> None:
@@ -18,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--docs", type=int, default=6, help="documents (per --doc file, or from the shipped corpus)")
     p.add_argument("--doc", action="append", default=[], metavar="FILE", help="score windows of this text file (repeatable)")
     p.add_argument("--last-n", type=int, default=LAST_N, help="tokens scored at the end of each document")
-    p.add_argument("--mode", default="speed", help="the mode compared with off (speed, plumb)")
+    p.add_argument("--mode", default=DEFAULT_MODE, help=f"the mode compared with off (default {DEFAULT_MODE})")
     add_split_tail(p)
     p.add_argument("--out", default=None, help="JSON lines file (default: <data dir>/evals/nll.jsonl); resumed")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -11,6 +11,7 @@ from app.commands.evals_common import add_split_tail, float_list, haystack_of, i
 from backend.evals.compare import accuracy, by_condition, compare, recall_records
 from backend.evals.needles import VARIANTS, make_items
 from backend.evals.recall import run_recall
+from backend.ridgefill.defaults import DEFAULT_MODE
 from backend.evals.report import accuracy_table, comparison_text
 
 
@@ -21,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--variants", type=str_list, default=["single"], help=f"comma-separated: {','.join(VARIANTS)}")
     p.add_argument("--haystack", default="filler", help="filler (default), corpus, or a text file")
     add_split_tail(p)
-    p.add_argument("--modes", type=str_list, default=["off", "speed"], help="modes to run (default off,speed)")
+    p.add_argument("--modes", type=str_list, default=["off", DEFAULT_MODE], help=f"modes to run (default off,{DEFAULT_MODE})")
     p.add_argument("--reps", type=int, default=1, help="items per length/depth/variant (different keys and values)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")

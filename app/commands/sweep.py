@@ -11,6 +11,7 @@ from backend.evals.needles import build_item, make_items
 from backend.evals.nll import nll_documents
 from backend.evals.report import p_value, pct, table
 from backend.evals.sweep import run_sweep
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 
 def register(sub) -> None:
@@ -27,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--haystack", default="filler", help="filler (default), corpus, or a text file")
     p.add_argument("--nll-length", type=int, default=3072, help="document length for ΔNLL (0: skip ΔNLL)")
     p.add_argument("--nll-docs", type=int, default=4, help="documents for ΔNLL")
-    p.add_argument("--mode", default="speed")
+    p.add_argument("--mode", default=DEFAULT_MODE)
     p.add_argument("--fit", action="store_true", help="fit missing maps first (fit-maps), else such splits run exact")
     p.add_argument("--out", default=None, help="JSON lines file (default: <data dir>/evals/sweep.jsonl); resumed")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import math
 
+# The RidgeFill mode the app runs when RidgeFill is on (see README: recall and TTFT of the modes).
+DEFAULT_MODE = "guided"
+
 MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
 MIN_TAIL = 512
 DEFAULT_TAIL = 512
 
 # (architecture, n_layer, n_embd) -> measured split that keeps recall
 MEASURED_SPLITS = {
-    ("llama", 30, 576): 18,  # SmolLM2-135M(-Instruct)
+    ("llama", 30, 576): 12,  # SmolLM2-135M(-Instruct), guided mode
     ("gemma3", 18, 640): 12,  # Gemma 3 270M
 }
 

@@ -32,6 +32,11 @@ class GuidedParams:
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
     peaks: int = 6  # distinct places the question points to, made exact
     budget: int = 256  # rows made exact per question, at most
+    # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
+    # question's attention (a multi-value question spent 5 of 8 peaks on the needle task's own
+    # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
+    # peaks held all three).
+    head: int = 64
 
     def scoring_layers(self, n_layer: int, split: int) -> list[int]:
         return sorted({min(split - 1, max(1, round(f * n_layer))) for f in self.layers})
@@ -120,15 +125,16 @@ def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams:
 
 def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
            ends: list[int] | None = None) -> list[Run]:
-    """Peaks first: the best row not yet covered, with `back` rows before it and the rows after it to
-    the end of its sentence (`ends`, at most `forward`), until `peaks` places or `budget` rows."""
+    """Peaks first: the best row not yet covered (from row `head` on), with `back` rows before it and the
+    rows after it to the end of its sentence (`ends`, at most `forward`), until `peaks` places or
+    `budget` rows."""
     chosen: set[int] = set()
     taken = 0
     for i in torch.argsort(scores, descending=True).tolist():
         if taken >= params.peaks or len(chosen) >= params.budget:
             break
         p = candidates[i]
-        if p in chosen:
+        if p in chosen or p < params.head:
             continue
         last = min(bulk_end - 1, p + params.forward)
         if ends is not None:
