@@ -77,10 +77,12 @@ def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
 
 
 def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
-    from backend.ridgefill.maps import MapsMissing, MapsRefused, find_maps
+    from backend.ridgefill.maps import MapsMissing, MapsRefused
+    from backend.ridgefill.setup import ridgefill_setup
 
     try:
-        found = find_maps(engine.config.model_path, req.split)  # verified (and loaded) by find_maps
+        # the same verified maps the requests use: checked once per split until the folder changes
+        found = ridgefill_setup(engine).maps(req.split)
     except MapsRefused as exc:
         return MapsStatus(req.split, "refused", [str(exc)])
     except MapsMissing as exc:

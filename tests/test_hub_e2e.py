@@ -78,7 +78,7 @@ if probe.timings.note:
     print('RAN', t.mode, t.bulk_n, 'NOTE', t.note)
     sys.exit(0)
 try:  # Engine.complete does not know the modes yet: the injection path, if it exists, on the same files
-    from backend.ridgefill.injection import ridgefill_prefill
+    from backend.ridgefill.plan import ridgefill_prefill
 except ImportError as exc:
     print('SKIP', exc)
     sys.exit(0)

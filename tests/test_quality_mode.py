@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from backend.protocol import CompletionRequest
-from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
 from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, batches, select_runs, token_score
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture

@@ -8,7 +8,7 @@ import pytest
 
 from backend.engine import Engine, EngineConfig
 from backend.ridgefill.capture import capture_streams
-from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
 from tiny_gguf import D, write_tiny_gguf  # tests/ is on sys.path (pytest prepend mode)
 
@@ -111,7 +111,7 @@ def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
 def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama):
     from backend.errors import Cancelled
 
-    from backend.ridgefill.injection import ridgefill_prefill as rp
+    from backend.ridgefill.plan import ridgefill_prefill as rp
 
     class Ident:  # a "map" that predicts each late input as the split stream itself
         split, layers, warnings = 1, [2, 3], []

@@ -11,7 +11,7 @@ from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
 from backend.ridgefill.capture import capture_streams
 from backend.completion import complete
-from backend.ridgefill.injection import ridgefill_prefill
+from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
 
 TAIL = 512

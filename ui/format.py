@@ -25,11 +25,6 @@ def timings_line(t: dict) -> str:
     return line
 
 
-def answers_agree(a: str, b: str) -> bool:
-    """Same answer up to surrounding white space (greedy decoding makes this a fair test)."""
-    return " ".join(a.split()) == " ".join(b.split())
-
-
 def compare_line(primary: dict, exact: dict, agree: bool) -> str:
     p, e = primary.get("ttft_ms", 0), exact.get("ttft_ms", 0)
     ratio = e / p if p > 0 else 0.0

@@ -85,7 +85,7 @@ def document_nll(engine, doc: NllDocument, mode: str, split: int | None, tail: i
     info = {"mode_run": "off", "bulk_n": 0, "note": ""}
     prefill = None
     if mode != "off":
-        from ..ridgefill.injection import ridgefill_prefill
+        from ..ridgefill.plan import ridgefill_prefill
 
         def prefill(head, cancel=None):
             info.update(_report_fields(ridgefill_prefill(engine, head, mode, split, tail, cancel=cancel)))

@@ -80,7 +80,7 @@ def effective_tail(engine, length: int, tail: int | None) -> int | None:
     if not tail:
         return tail
     from ..ridgefill.defaults import MIN_BULK
-    from ..ridgefill.plan import bulk_rows
+    from ..ridgefill.injection import bulk_rows
 
     bulk = bulk_rows(engine, length, tail)
     return length if bulk < MIN_BULK else length - bulk

@@ -2,7 +2,7 @@
 there; late layers' K/V written from predicted (speed, quality, guided) or true (plumb) layer inputs),
 then rows made exact again (quality, guided), then the exact tail.
 
-The deciding is in plan.py. `run_plan` never raises for a graph that turns out not to be as discovered:
+The deciding is in plan.py (a plan.RidgeFillPlan is what runs here). `run_plan` never raises for a graph that turns out not to be as discovered:
 it runs the exact prefill and says why in the report's `note`. Cancelled and EngineError propagate.
 """
 from __future__ import annotations
@@ -20,7 +20,6 @@ from ..protocol import ProgressEvent
 from . import ggml_graph
 from .cache_layout import CellTap, LayoutRefused
 from .capture import capture_streams
-from .plan import RidgeFillPlan, bulk_rows, plan_ridgefill
 from .setup import RidgeFillSetup, ridgefill_setup
 
 log = logging.getLogger(__name__)
@@ -112,22 +111,23 @@ def one_torch_thread():
         torch.set_num_threads(n)
 
 
-def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,
-                      reuse_prefix: bool = False, write_late: bool = True, share: float | None = None,
-                      guided=None) -> PrefillReport:
-    """Plan and run a RidgeFill prefill of `tokens` (evals and tests; requests go through plan_prefill).
-    Leaves the last token's logits ready, like Engine.prefill.
+def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
+    """Rows that take the RidgeFill path: those with at least `tail` rows after them.
 
-    `maps` None: the verified maps for this model and split. `write_late=False` skips the late-layer
-    writes (a control that must differ from exact); `reuse_prefix` reuses a cached prefix that is exact
-    or written the same way; `share` (quality): the share of bulk rows made exact again; `guided`: a
-    guided.GuidedParams."""
-    plan = plan_ridgefill(engine, len(tokens), mode, split, tail, maps=maps, share=share, guided=guided,
-                          write_late=write_late)
-    return plan.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
+    `plumb` rounds them down to whole prefill chunks, so bulk and tail fall into the same ubatches as an
+    exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
+    stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
+    rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
+    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
+    about 32 s at 8,000 tokens, S=15)."""
+    n = max(0, n_tokens - tail)
+    if mode == "plumb":
+        chunk = min(engine.config.n_batch, engine.config.n_ubatch)
+        return n // chunk * chunk
+    return n
 
 
-def run_plan(engine, plan: RidgeFillPlan, tokens: list[int], *, reuse_prefix: bool, on_event, cancel) -> PrefillReport:
+def run_plan(engine, plan, tokens: list[int], *, reuse_prefix: bool, on_event, cancel) -> PrefillReport:
     with one_torch_thread():
         try:
             return _run(engine, plan, tokens, reuse_prefix, on_event, cancel)
@@ -139,7 +139,7 @@ def run_plan(engine, plan: RidgeFillPlan, tokens: list[int], *, reuse_prefix: bo
                 engine, tokens, reuse_prefix=False, on_event=on_event, cancel=cancel)
 
 
-def _run(engine, plan: RidgeFillPlan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
+def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     setup = ridgefill_setup(engine)
     report = PrefillReport(mode=plan.mode, split=plan.split, tail=plan.tail, note=plan.note,
                            warnings=list(plan.warnings))
@@ -170,7 +170,7 @@ def _run(engine, plan: RidgeFillPlan, tokens, reuse_prefix, on_event, cancel) ->
     return report
 
 
-def bulk_pass(engine, plan: RidgeFillPlan, tokens: list[int], start: int, bulk_end: int, source,
+def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source,
               phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
     """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
     late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
@@ -199,7 +199,7 @@ def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
     return _Oracle(capture_streams(engine, [bulk], late, cancel=cancel, dtype=np.float32) if late else {})
 
 
-def _bulk_chunk(engine, setup: RidgeFillSetup, plan: RidgeFillPlan, tokens, pos: int, n: int, source,
+def _bulk_chunk(engine, setup: RidgeFillSetup, plan, tokens, pos: int, n: int, source,
                 tap: _BulkTap, phases: _Phases, swa_from: int) -> None:
     """Rows [pos, pos + n): layers below the split in llama.cpp (the graph stops there), then every late
     layer's K/V written from the late inputs `source` gives for them."""
@@ -235,7 +235,7 @@ def _bulk_chunk(engine, setup: RidgeFillSetup, plan: RidgeFillPlan, tokens, pos:
             setup.writer.write(il, inputs[il][rows], positions[rows], k_idx[rows], v_idx[rows])
 
 
-def _make_rows_exact(engine, setup: RidgeFillSetup, plan: RidgeFillPlan, tokens, bulk_end: int,
+def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
                      phases: _Phases, cancel) -> int:
     """quality: rows chosen by token class; guided: rows the question attends to at layers below the
     split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds)."""

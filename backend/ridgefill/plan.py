@@ -12,6 +12,7 @@ from ..engine import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
 from .defaults import MIN_BULK, MIN_TAIL, default_split, default_tail
 from .guided import GuidedParams
+from .injection import bulk_rows, run_plan
 from .setup import ridgefill_setup
 
 
@@ -29,25 +30,7 @@ class RidgeFillPlan:
     write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
-        from .injection import run_plan
-
         return run_plan(engine, self, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
-
-
-def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
-    """Rows that take the RidgeFill path: those with at least `tail` rows after them.
-
-    `plumb` rounds them down to whole prefill chunks, so bulk and tail fall into the same ubatches as an
-    exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
-    stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
-    rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
-    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
-    about 32 s at 8,000 tokens, S=15)."""
-    n = max(0, n_tokens - tail)
-    if mode == "plumb":
-        chunk = min(engine.config.n_batch, engine.config.n_ubatch)
-        return n // chunk * chunk
-    return n
 
 
 def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | None:
@@ -106,3 +89,18 @@ def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFill
     split = request.split if request.split is not None else default_split(engine.info)
     tail = request.tail if request.tail is not None else default_tail(engine.info)
     return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share)
+
+
+def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,
+                      reuse_prefix: bool = False, write_late: bool = True, share: float | None = None,
+                      guided=None) -> PrefillReport:
+    """Plan and run a RidgeFill prefill of `tokens` (evals and tests; requests go through plan_prefill).
+    Leaves the last token's logits ready, like Engine.prefill.
+
+    `maps` None: the verified maps for this model and split. `write_late=False` skips the late-layer
+    writes (a control that must differ from exact); `reuse_prefix` reuses a cached prefix that is exact
+    or written the same way; `share` (quality): the share of bulk rows made exact again; `guided`: a
+    guided.GuidedParams."""
+    plan = plan_ridgefill(engine, len(tokens), mode, split, tail, maps=maps, share=share, guided=guided,
+                          write_late=write_late)
+    return plan.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)

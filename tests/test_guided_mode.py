@@ -1,0 +1,111 @@
+"""guided mode: the question's attention at the exact lower layers picks the bulk rows made exact.
+
+Checked with a map that predicts zeros (so approximated rows are obvious) on the embedded model: the
+probe leaves the cache as it found it; every bulk row selected gives exact's logits; scores from a
+hand-made attention pattern select the rows they point at; a follow-up question re-decodes only rows
+that are not exact yet."""
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+import torch
+
+from backend.ridgefill.guided import GuidedParams, attention_scores, pooled, probe_streams, select
+from backend.ridgefill.plan import ridgefill_prefill
+from test_quality_mode import ZeroMaps, others_empty, seq_range
+from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
+
+SPLIT, TAIL = 18, 512
+
+
+def test_scores_from_a_hand_made_attention_pattern_select_the_rows_it_points_at():
+    torch.manual_seed(0)
+    n, w, n_head, n_kv, d = 300, 8, 6, 2, 16
+    keys = torch.randn(n, n_kv, d) * 0.1
+    queries = torch.randn(w, n_head, d) * 0.1
+    # one retrieval head (head 4, KV group 1) looks hard at row 137; the other heads look nowhere
+    keys[137, 1] = 4.0 * torch.ones(d) / d**0.5
+    queries[:, 4] = 4.0 * torch.ones(d) / d**0.5
+    s = attention_scores(queries, keys, d)
+    assert int(s.argmax()) == 137
+    # summing over heads instead of max dilutes the one head: its peak stands out less
+    s_sum = attention_scores(queries, keys, d, heads="sum")
+    assert s[137] / s.median() > s_sum[137] / s_sum.median()
+    p = GuidedParams(back=4, forward=20, budget=20, pool=5)
+    runs = select(list(range(n)), pooled(s, p.pool), n, p, max_run=512)
+    chosen = {q for r in runs for q in range(r.start, r.end)}
+    assert set(range(133, 158)) <= chosen  # 4 rows back, 20 forward: the value that follows the key
+    assert len(chosen) <= p.budget + p.back + p.forward + 1
+    # the window's own keys take the mass a query gives its neighbours
+    own = keys[:w].clone()
+    own[:, 1] = 8.0 * torch.ones(d) / d**0.5
+    assert attention_scores(queries, keys, d, own)[137] < s[137]
+
+
+def _state(engine):
+    mem = llama_cpp.llama_get_memory(engine._ctx)
+    return [(llama_cpp.llama_memory_seq_pos_min(mem, s), llama_cpp.llama_memory_seq_pos_max(mem, s))
+            for s in range(engine.n_seq)], engine.kv_tokens, engine.cache.approximated()
+
+
+def test_the_probe_leaves_the_cache_as_it_found_it(engine):
+    toks = induction_prompt(engine, 2000)
+    bulk = len(toks) - TAIL
+    engine.prefill(toks[:bulk], reuse_prefix=False)
+    engine.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
+    ref = engine.last_logits()
+    before = _state(engine)
+    streams = probe_streams(engine, toks, [5, 9], window=32)
+    assert set(streams) == {5, 9} and streams[5].shape == (32, engine.info.n_embd)
+    assert _state(engine) == before  # every sequence's positions, the record of every row
+    # the cells are free again and hold what they held: the next rows decode as if no probe had run
+    engine.truncate_cache(bulk)
+    engine.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
+    assert kl(ref, engine.last_logits()) < 1e-9
+
+
+def test_guided_with_every_bulk_row_selected_equals_off(engine):
+    toks = induction_prompt(engine, 2030)
+    engine.prefill(toks, reuse_prefix=False)
+    ref = engine.last_logits()
+    bulk = len(toks) - TAIL
+    full = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
+                             guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+    assert full.mode == "guided" and full.exact_n == full.bulk_n == bulk, full.note
+    assert {"probe", "score", "exact_rows"} <= set(full.breakdown_ms)
+    assert seq_range(engine, 0) == (0, len(toks) - 1) and others_empty(engine)
+    assert engine.cache.approximated() == []
+    assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance (see test_ridgefill_injection)
+    few = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())  # the default budget
+    assert 0 < few.exact_n < bulk // 4
+    assert kl(ref, engine.last_logits()) > 0.1  # the control: most rows still from zero maps
+
+
+def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine):
+    owl = engine.tokenize("\n\nThe special magic number for owl is 4729185.\n\n", add_special=False)
+    gate = engine.tokenize("\n\nThe locker code for the blue gate is 1122334.\n\n", add_special=False)
+    base = induction_prompt(engine, 2000)
+    doc = base[:300] + owl + base[300:1100] + gate + base[1100:1600]
+    first = doc + base[1600:1600 + TAIL] + engine.tokenize("\n\nWhat is the special magic number for owl? ",
+                                                            add_special=False)
+    maps = ZeroMaps()  # one instance: prefix reuse compares the maps that wrote the rows
+    rep1 = ridgefill_prefill(engine, first, "guided", SPLIT, TAIL, maps=maps)
+    exact_after_first = set(range(len(first) - TAIL)) - set(engine.cache.approximated())
+    assert rep1.exact_n == len(exact_after_first) > 0
+    # the same question again on the same cache: what it points to is exact already (rows made exact
+    # are scored too and fill the budget), so little or nothing is decoded again
+    again = ridgefill_prefill(engine, first + [first[-1]], "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
+    print(f"first question: {rep1.exact_n} rows made exact; the same again: {again.exact_n}")
+    assert again.cache_n == len(first) and again.exact_n < rep1.exact_n // 2
+    # a follow-up about another fact (after the answer) re-decodes rows, none of them exact before
+    engine.truncate_cache(len(first))
+    follow = first + engine.tokenize("4729185.\n\nThanks. What is the locker code for the blue gate? ",
+                                     add_special=False)
+    rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
+    assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
+    newly = set(range(len(first) - TAIL)) - set(engine.cache.approximated()) - exact_after_first
+    assert len(newly) == rep2.exact_n
+    gate_at = 300 + len(owl) + 800
+    code = set(range(gate_at + len(gate) - 9, gate_at + len(gate) - 2))  # "1122334." after the key
+    assert code & set(engine.cache.approximated()) == set()  # the asked value's rows are exact now
+    assert code & newly  # and the follow-up made them so
