@@ -160,8 +160,7 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
                               t0=t0)
     pos = max(start, bulk_end)
     if plan.mode in ("quality", "guided"):
-        with phases("exact_rows"):
-            report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
+        report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
     with phases("tail"):
         chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
         engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
@@ -242,11 +241,13 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     from .selected_rows import redecode_exact, runs_of, select_runs
 
     if plan.mode == "quality":
-        chosen = select_runs(engine, tokens, 0, bulk_end, plan.share)
+        with phases("select"):
+            chosen = select_runs(engine, tokens, 0, bulk_end, plan.share)
     else:
         from .guided import guided_runs
 
-        chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases, plan.guided)
+        chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
     todo = set(engine.cache.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.config.n_batch)
-    return redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout))
+    with phases("exact_rows"):
+        return redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout))
