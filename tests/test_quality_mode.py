@@ -154,6 +154,8 @@ def test_quality_on_tiny_models(tmp_path, arch, n_layer, split):
         rep = ridgefill_prefill(e, toks, "quality", split, TAIL, maps=Ident(), share=1.0)
         if arch == "gemma3":
             assert rep.mode == "speed" and rep.exact_n == 0 and "sliding-window" in rep.note
+            guided = ridgefill_prefill(e, toks, "guided", split, TAIL, maps=Ident())  # the same reason
+            assert guided.mode == "speed" and guided.exact_n == 0 and "guided mode needs" in guided.note
             return
         assert rep.mode == "quality" and rep.exact_n == rep.bulk_n == len(toks) - TAIL, rep.note
         assert kl(ref, e.last_logits()) < 1e-6
