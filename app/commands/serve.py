@@ -1,0 +1,66 @@
+"""`python -m app serve`: the model on an OpenAI-compatible server (docs/SERVER.md)."""
+from __future__ import annotations
+
+import os
+
+from app.commands.common import model_path
+from app.engine_protocol import EngineSettings
+from backend.protocol import MODES
+from backend.ridgefill import defaults as rf_defaults
+
+# The mode a request runs when it names none: the app's RidgeFill default (guided once
+# backend/ridgefill/defaults.py has DEFAULT_MODE; speed before that).
+DEFAULT_MODE = getattr(rf_defaults, "DEFAULT_MODE", "speed")
+KEY_VARIABLE = "RIDGEFILL_API_KEY"
+
+
+def register(sub) -> None:
+    from app.server.api import DEFAULT_MAX_QUEUE
+    from app.server.runner import DEFAULT_HOST, DEFAULT_PORT
+    from app.server.schema import DEFAULT_MAX_TOKENS
+
+    p = sub.add_parser("serve", help="serve the model with the OpenAI API on localhost (docs/SERVER.md)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to listen on (default {DEFAULT_HOST}; any other needs --api-key)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--api-key", default=os.environ.get(KEY_VARIABLE) or None,
+                   help=f"require 'Authorization: Bearer KEY' (default: the {KEY_VARIABLE} variable; none)")
+    p.add_argument("--mode", default=DEFAULT_MODE, choices=MODES,
+                   help=f"RidgeFill mode of a request that names none (default {DEFAULT_MODE})")
+    p.add_argument("--split", type=int, default=None, help="default split S (default: the model's)")
+    p.add_argument("--tail", type=int, default=None, help="default exact tail T (default: the model's)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help=f"answer length of a request that gives none (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help=f"requests waiting or running at once; more get 503 (default {DEFAULT_MAX_QUEUE})")
+    p.set_defaults(func=run)
+
+
+def engine_settings(args) -> EngineSettings:
+    return EngineSettings(model_path=model_path(args), n_ctx=args.ctx, n_threads=args.threads)
+
+
+def run(args) -> int:
+    from app.server.gateway import ProcessGateway
+    from app.server.runner import LocalServer, check_bind
+    from app.server.schema import Defaults
+
+    check_bind(args.host, args.api_key)  # before minutes of loading, not after
+    gateway = ProcessGateway(engine_settings(args)).start()
+    try:
+        print("Loading the model…", flush=True)
+        info = gateway.wait_ready()
+        server = LocalServer(gateway, defaults=Defaults(args.mode, args.split, args.tail, args.max_tokens),
+                             host=args.host, port=args.port, api_key=args.api_key, max_queue=args.max_queue)
+        from app.server.api import model_id
+
+        print(f"Serving {model_id(info)} ({info.n_layer} layers, context {info.n_ctx:,}) with the OpenAI API at "
+              f"{server.url}/v1\n  default RidgeFill mode {args.mode}, split "
+              f"{info.default_split if args.split is None else args.split}, tail "
+              f"{info.default_tail if args.tail is None else args.tail}; "
+              f"{'a key is required' if args.api_key else 'no key'}; one request at a time, in arrival order. "
+              "Ctrl-C stops.", flush=True)
+        server.serve_forever()
+    finally:
+        gateway.close()
+    return 0

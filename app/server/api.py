@@ -1,0 +1,354 @@
+"""The HTTP side: a Starlette app with OpenAI's routes in front of one engine.
+
+Routes: GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, POST /v1/completions.
+
+- One engine, one request at a time: requests are submitted in arrival order and the engine child
+  serves them oldest first. At most `max_queue` requests wait or run at once; one more is turned away
+  with 503 and the queue length (the client may retry), so nothing waits unboundedly.
+- A client that goes away cancels its request: the engine stops at its next check (between prefill
+  chunks or tokens) and takes the next one. The work done so far stays cached, like Stop in the chat.
+- Prefix reuse as in the chat: a request that starts with what the engine has cached (the same
+  document, the conversation so far) prefills only the rest (`timings.cache_n`).
+- A streamed answer starts (status 200 and the first chunk) only once the engine has started on the
+  request, so a prompt too long for the context still gets its 400, with the token counts.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.engine_protocol import CountRequest, CountResult, TaskCancelled, TaskDone, TaskEvent, TaskFailed, TaskKind
+from app.server.gateway import EngineGateway
+from app.server.schema import (
+    ApiError,
+    Defaults,
+    Parsed,
+    StopFilter,
+    chunk,
+    finish_reason,
+    model_card,
+    new_id,
+    parse_request,
+    response,
+    usage_chunk,
+)
+from backend.protocol import TokenEvent
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_QUEUE = 16
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a 128K-token prompt is about 0.5 MB of text
+ENDS = (TaskDone, TaskFailed, TaskCancelled)
+
+
+def model_id(info) -> str:
+    """The id clients send as `model`: the GGUF file's name without .gguf (as llama.cpp's server does)."""
+    return Path(info.model_path).stem
+
+
+class EngineRun:
+    """One engine task seen from the event loop: its messages, in order, in an asyncio queue."""
+
+    def __init__(self, gateway: EngineGateway, kind: TaskKind, payload: Any, on_end=None):
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._gateway = gateway
+        self._on_end = on_end
+        self.end = None  # the TaskDone / TaskFailed / TaskCancelled, once it reached the loop
+        self.client_gone = False
+        self.ticket = gateway.submit(kind, payload, self._deliver)
+
+    def _deliver(self, msg) -> None:  # the gateway's thread
+        try:
+            self._loop.call_soon_threadsafe(self._arrived, msg)
+        except RuntimeError:  # the loop is closed: the server stopped, nobody waits for this
+            pass
+
+    def _arrived(self, msg) -> None:  # the loop's thread
+        if isinstance(msg, ENDS) and self.end is None:
+            self.end = msg
+            if self._on_end is not None:
+                self._on_end(self)
+        self._queue.put_nowait(msg)
+
+    async def get(self):
+        return await self._queue.get()
+
+    async def result(self):
+        """Wait for the end message (events are dropped)."""
+        while not isinstance(msg := await self.get(), ENDS):
+            pass
+        return msg
+
+    def cancel(self) -> None:
+        if self.end is None:
+            self._gateway.cancel(self.ticket)
+
+
+class ApiServer:
+    """The app and what it keeps between requests: the key, the queue limit, the defaults, counters."""
+
+    def __init__(self, gateway: EngineGateway, *, defaults: Defaults, api_key: str | None = None,
+                 max_queue: int = DEFAULT_MAX_QUEUE):
+        self.gateway = gateway
+        self.defaults = defaults
+        self.api_key = api_key or None
+        self.max_queue = max(1, int(max_queue))
+        self.in_flight = 0  # requests submitted to the engine and not ended there (waiting or running)
+        self.stats: Counter = Counter()
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health, methods=["GET"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/models/{model_id:path}", self.model, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+            ],
+            exception_handlers={ApiError: self._api_error, HTTPException: self._http_error,
+                                Exception: self._server_error},
+        )
+
+    # ---- errors ------------------------------------------------------------------------------------
+    async def _api_error(self, request: Request, exc: ApiError) -> JSONResponse:
+        self.stats[f"rejected_{exc.status}"] += 1
+        log.info("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.body["error"]["message"])
+        headers = {"Retry-After": "1"} if exc.status == 503 else None
+        if exc.status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        return JSONResponse(exc.body, status_code=exc.status, headers=headers)
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> JSONResponse:
+        what = "route" if exc.status_code == 404 else "method"
+        err = ApiError(exc.status_code, f"No {what} {request.method} {request.url.path} here; see GET /v1/models, "
+                       "POST /v1/chat/completions, POST /v1/completions, GET /health.", code="not_found")
+        return await self._api_error(request, err)
+
+    async def _server_error(self, request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        self.stats["failed"] += 1
+        return JSONResponse(ApiError(500, f"internal server error: {type(exc).__name__}", type="server_error").body,
+                            status_code=500)
+
+    # ---- checks ------------------------------------------------------------------------------------
+    def _check_key(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        auth = request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not given:
+            raise ApiError(401, "This server needs an API key: send it as 'Authorization: Bearer KEY'.",
+                           code="missing_api_key")
+        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    def _ready(self):
+        info = self.gateway.info
+        if info is None:
+            state = self.gateway.state
+            raise ApiError(503, f"The engine is not ready ({state}): {self.gateway.problem}.", type="server_error",
+                           code="engine_" + state)
+        return info
+
+    def _check_model(self, wanted: str | None, info) -> str:
+        mid = model_id(info)
+        if wanted is None or wanted in (mid, Path(info.model_path).name, info.model_name):
+            return mid
+        raise ApiError(404, f"The model '{wanted}' does not exist here; this server runs '{mid}' "
+                       "(GET /v1/models).", param="model", code="model_not_found")
+
+    @staticmethod
+    async def _json(request: Request) -> Any:
+        size = int(request.headers.get("content-length") or 0)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, f"The request body has {size:,} bytes; at most {MAX_BODY_BYTES:,} are accepted.",
+                           code="request_too_large")
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > MAX_BODY_BYTES:
+                raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes.",
+                               code="request_too_large")
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"We could not parse the JSON body of your request ({exc}).",
+                           code="invalid_json") from None
+
+    # ---- simple routes -----------------------------------------------------------------------------
+    async def health(self, request: Request) -> JSONResponse:
+        """No key needed (as in llama.cpp's server): 200 when the engine is ready, else 503 with why."""
+        info = self.gateway.info
+        body = {"status": "ok" if info else self.gateway.state, "in_flight": self.in_flight,
+                "max_queue": self.max_queue, "stats": dict(self.stats)}
+        if info is not None:
+            body["model"] = model_id(info)
+        else:
+            body["problem"] = self.gateway.problem
+        return JSONResponse(body, status_code=200 if info else 503)
+
+    async def models(self, request: Request) -> JSONResponse:
+        self._check_key(request)
+        info = self._ready()
+        return JSONResponse({"object": "list", "data": [model_card(model_id(info), info)]})
+
+    async def model(self, request: Request) -> JSONResponse:
+        self._check_key(request)
+        info = self._ready()
+        return JSONResponse(model_card(self._check_model(request.path_params["model_id"], info), info))
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=False)
+
+    # ---- completions -------------------------------------------------------------------------------
+    def _ended(self, run: EngineRun) -> None:
+        self.in_flight -= 1
+        if run.client_gone:
+            self.stats["cancelled_client_gone"] += 1  # its engine task ended: the engine is free again
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        self._check_key(request)
+        info = self._ready()
+        body = await self._json(request)
+        p = parse_request(body, chat=chat, defaults=self.defaults, n_layer=info.n_layer)
+        mid = self._check_model(p.model, info)
+        if self.in_flight >= self.max_queue:
+            raise ApiError(503, f"The server is busy: {self.in_flight} requests are waiting or running (at most "
+                           f"{self.max_queue}). Retry later.", type="server_error", code="queue_full")
+        self.stats["requests"] += 1
+        self.in_flight += 1
+        run = EngineRun(self.gateway, TaskKind.COMPLETE, p.request, on_end=self._ended)
+        watcher = asyncio.create_task(self._watch_disconnect(request, run))
+        rid, created, t0 = new_id(chat), int(time.time()), time.perf_counter()
+        try:
+            first = await run.get()
+            if isinstance(first, TaskFailed):
+                raise await self._failure(first, p)
+            if isinstance(first, TaskCancelled) or run.client_gone:
+                return Response(status_code=499)  # nobody is listening: the client closed the connection
+            if p.stream:
+                stream = self._stream(p, run, first, watcher, rid, mid, created, t0)
+                watcher = None  # the stream owns it now
+                return StreamingResponse(stream, media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return await self._whole(p, run, first, rid, mid, created, t0)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                run.cancel()  # a no-op once the task ended
+
+    async def _watch_disconnect(self, request: Request, run: EngineRun) -> None:
+        """Cancel the engine task when the client closes the connection (waiting, prefilling or decoding)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        if run.end is None:
+            run.client_gone = True
+            log.info("client went away: cancelling engine task %s", run.ticket.task_id)
+            run.cancel()
+
+    async def _failure(self, msg: TaskFailed, p: Parsed) -> ApiError:
+        """The engine refused or failed the request: the status and message a client should get."""
+        if msg.error_type == "DocumentTooLongError":
+            count = await EngineRun(self.gateway, TaskKind.COUNT, CountRequest(p.request)).result()
+            extra = {}
+            if isinstance(count, TaskDone) and isinstance(count.result, CountResult):
+                c = count.result
+                extra = {"n_prompt_tokens": c.prompt_tokens, "n_ctx": c.n_ctx, "reserved_for_answer": c.reserve}
+            return ApiError(400, msg.message, param="messages" if p.chat else "prompt",
+                            code="context_length_exceeded", **extra)
+        if msg.error_type in ("DocumentError", "EmptyDocumentError", "ValueError"):
+            return ApiError(400, msg.message, code="invalid_value")
+        self.stats["failed"] += 1
+        return ApiError(500, msg.message, type="server_error", code=msg.error_type)
+
+    async def _whole(self, p: Parsed, run: EngineRun, msg, rid: str, mid: str, created: int, t0: float) -> Response:
+        stop = StopFilter(p.stop)
+        raw = ""
+        while True:
+            if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent):
+                raw += msg.event.text
+                stop.feed(msg.event.text)
+                if stop.hit:
+                    run.cancel()  # the answer is complete: free the engine
+            elif isinstance(msg, TaskDone):
+                result = msg.result
+                if run.client_gone:
+                    return Response(status_code=499)
+                if not stop.hit:
+                    stop.feed(result.text[len(raw):] if result.text.startswith(raw) else "")
+                text = stop.text + stop.flush() if p.stop else result.text
+                self._log_answer(p, result, t0)
+                self.stats["answered"] += 1
+                return JSONResponse(response(p, rid, mid, created, text, result, stop.hit))
+            elif isinstance(msg, TaskFailed):
+                raise await self._failure(msg, p)
+            elif isinstance(msg, TaskCancelled):
+                return Response(status_code=499)
+            msg = await run.get()
+
+    async def _stream(self, p: Parsed, run: EngineRun, msg, watcher: asyncio.Task, rid: str, mid: str,
+                      created: int, t0: float):
+        """Server-sent events: `data: {chunk}` per piece of text, the last chunk with the finish reason
+        and `timings`, a usage chunk if asked for, then `data: [DONE]`."""
+        def sse(obj) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        stop = StopFilter(p.stop)
+        raw = ""
+        try:
+            if p.chat:
+                yield sse(chunk(p, rid, mid, created, role=True))
+            while True:
+                if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent):
+                    raw += msg.event.text
+                    piece = stop.feed(msg.event.text)
+                    if piece:
+                        yield sse(chunk(p, rid, mid, created, text=piece))
+                    if stop.hit:
+                        run.cancel()
+                elif isinstance(msg, TaskDone):
+                    result = msg.result
+                    rest = "" if stop.hit else stop.feed(result.text[len(raw):] if result.text.startswith(raw) else "")
+                    rest += stop.flush()
+                    if rest:
+                        yield sse(chunk(p, rid, mid, created, text=rest))
+                    yield sse(chunk(p, rid, mid, created, reason=finish_reason(result, stop.hit), result=result))
+                    if p.include_usage:
+                        yield sse(usage_chunk(p, rid, mid, created, result))
+                    yield "data: [DONE]\n\n"
+                    self._log_answer(p, result, t0)
+                    self.stats["answered"] += 1
+                    return
+                elif isinstance(msg, TaskFailed):
+                    err = await self._failure(msg, p)
+                    yield sse(err.body)
+                    return
+                elif isinstance(msg, TaskCancelled):
+                    return
+                msg = await run.get()
+        finally:
+            watcher.cancel()
+            if run.end is None:  # the client went away mid-stream (the generator was closed): free the engine
+                run.client_gone = True
+                run.cancel()
+
+    @staticmethod
+    def _log_answer(p: Parsed, result, t0: float) -> None:
+        t = result.timings
+        log.info("%s answered in %.0f ms: %d+%d tokens (%d cached), mode %s, ttft %.0f ms%s",
+                 "chat" if p.chat else "completion", (time.perf_counter() - t0) * 1000, result.prompt_tokens,
+                 t.predicted_n, t.cache_n, t.mode, t.ttft_ms, f" ({t.note})" if t.note else "")

@@ -1,0 +1,295 @@
+"""The OpenAI wire format: request bodies in, CompletionRequests out; results and chunks back.
+
+Parsing is strict where a wrong value would silently change the answer (types, ranges, n > 1, an
+unknown RidgeFill mode) and lenient about fields that do not apply here (user, top_p, penalties...:
+accepted and ignored, as llama.cpp's server does). Responses follow the OpenAI schema, plus
+llama.cpp server's `timings` object (backend.protocol.Timings: prompt_n, prompt_ms, ..., cache_n,
+ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made exact).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.protocol import MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
+
+DEFAULT_MAX_TOKENS = 512  # when a request gives none (OpenAI's own default is "up to the context")
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+class ApiError(Exception):
+    """An OpenAI-style error: {"error": {"message", "type", "param", "code", ...extra}} with a status."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, **extra: Any):
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"message": message, "type": type, "param": param, "code": code, **extra}}
+
+
+@dataclass
+class Defaults:
+    """What a request gets for what it leaves out: the app's RidgeFill defaults unless `serve` says."""
+
+    mode: str
+    split: int | None = None  # None: the model's default (backend/ridgefill/defaults.py, in the engine)
+    tail: int | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+@dataclass
+class Parsed:
+    """A request body, checked: what the engine runs and how the answer goes back."""
+
+    request: CompletionRequest
+    chat: bool
+    stream: bool = False
+    include_usage: bool = False
+    stop: list[str] = field(default_factory=list)
+    model: str | None = None
+
+
+# ---- parsing ---------------------------------------------------------------------------------------
+def _num(body: dict, name: str, kind: type, default, lo=None, hi=None):
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
+    if isinstance(value, bool) or not ok:
+        raise ApiError(400, f"'{name}' must be {'a number' if kind is float else 'an integer'}, not {value!r}.",
+                       param=name, code="invalid_type")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        rng = f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+        raise ApiError(400, f"'{name}' must be {rng}, not {value!r}.", param=name, code="invalid_value")
+    return kind(value)
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content: a string, or a list of text parts (images and audio are not supported)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ApiError(400, f"{where}: only text content parts are supported, not {kind!r}.",
+                               param=where, code="invalid_value")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise ApiError(400, f"{where}.content must be a string or a list of text parts.", param=where, code="invalid_type")
+
+
+def _messages(body: dict) -> list[ChatMessage]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise ApiError(400, "'messages' is required: a non-empty list of {role, content} objects.",
+                       param="messages", code="missing_required_parameter" if msgs is None else "invalid_value")
+    out = []
+    for i, m in enumerate(msgs):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ApiError(400, f"{where} must be an object with 'role' and 'content'.", param=where, code="invalid_type")
+        role = CHAT_ROLES.get(m.get("role"))
+        if role is None:
+            raise ApiError(400, f"{where}.role {m.get('role')!r} is not supported; use one of "
+                           f"{', '.join(CHAT_ROLES)}.", param=f"{where}.role", code="invalid_value")
+        out.append(ChatMessage(role, _text(m.get("content"), where)))
+    return out
+
+
+def _prompt(body: dict) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise ApiError(400, "'prompt' is required: a string (a list of token ids or of several prompts is not "
+                       "supported).", param="prompt",
+                       code="missing_required_parameter" if prompt is None else "invalid_value")
+    if not prompt:
+        raise ApiError(400, "'prompt' is empty.", param="prompt", code="invalid_value")
+    return prompt
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP:
+        raise ApiError(400, f"'stop' must be a non-empty string or a list of up to {MAX_STOP} of them.",
+                       param="stop", code="invalid_value")
+    return list(stops)
+
+
+def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
+    """The extra body field {"ridgefill": {"mode", "split", "tail", "quality_share", "reuse_prefix"}}."""
+    opts = body.get("ridgefill") or {}
+    if not isinstance(opts, dict):
+        raise ApiError(400, "'ridgefill' must be an object, e.g. {\"mode\": \"speed\", \"split\": 18}.",
+                       param="ridgefill", code="invalid_type")
+    unknown = set(opts) - {"mode", "split", "tail", "quality_share", "reuse_prefix"}
+    if unknown:
+        raise ApiError(400, f"unknown 'ridgefill' option(s): {', '.join(sorted(unknown))}; known: mode, split, "
+                       "tail, quality_share, reuse_prefix.", param="ridgefill", code="invalid_value")
+    mode = opts.get("mode", defaults.mode)
+    if mode not in MODES:
+        raise ApiError(400, f"ridgefill.mode {mode!r} is not one of {', '.join(MODES)}.", param="ridgefill.mode",
+                       code="invalid_value")
+    hi = n_layer - 1 if n_layer else None
+    split = _num(opts, "split", int, defaults.split, 1, hi)
+    tail = _num(opts, "tail", int, defaults.tail, 0)
+    share = _num(opts, "quality_share", float, None, 0.0, 1.0)
+    reuse = opts.get("reuse_prefix", True)
+    if not isinstance(reuse, bool):
+        raise ApiError(400, "ridgefill.reuse_prefix must be true or false.", param="ridgefill.reuse_prefix",
+                       code="invalid_type")
+    return {"mode": mode, "split": split, "tail": tail, "quality_share": share, "reuse_prefix": reuse}
+
+
+def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | None = None) -> Parsed:
+    """A /v1/chat/completions (chat=True) or /v1/completions body -> what to run; ApiError(400) if wrong."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string.", param="model", code="invalid_type")
+    n = _num(body, "n", int, 1, 1)
+    if n != 1:
+        raise ApiError(400, "'n' must be 1: one engine answers one choice per request.", param="n",
+                       code="invalid_value")
+    if body.get("logprobs") not in (None, False, 0) or body.get("echo") or body.get("tools") or body.get("functions"):
+        bad = next(k for k in ("logprobs", "echo", "tools", "functions") if body.get(k) not in (None, False, 0, []))
+        raise ApiError(400, f"'{bad}' is not supported by this server.", param=bad, code="unsupported_parameter")
+    max_tokens = _num(body, "max_completion_tokens", int, None, 1)
+    if max_tokens is None:
+        max_tokens = _num(body, "max_tokens", int, defaults.max_tokens, 1)
+    temperature = _num(body, "temperature", float, 0.0, 0.0, 2.0)
+    seed = _num(body, "seed", int, 0)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false.", param="stream", code="invalid_type")
+    so = body.get("stream_options") or {}
+    if not isinstance(so, dict):
+        raise ApiError(400, "'stream_options' must be an object.", param="stream_options", code="invalid_type")
+    rf = _ridgefill(body, defaults, n_layer)
+    if chat:
+        request = CompletionRequest(messages=_messages(body), max_tokens=max_tokens, temperature=temperature,
+                                    seed=seed, **rf)
+    else:
+        request = CompletionRequest(prompt=_prompt(body), max_tokens=max_tokens, temperature=temperature,
+                                    seed=seed, **rf)
+    return Parsed(request, chat, stream, bool(so.get("include_usage")), _stop(body), model)
+
+
+# ---- stop sequences --------------------------------------------------------------------------------
+class StopFilter:
+    """Cuts the answer at the first stop sequence. Text that could be the start of one is held back
+    until it is known not to be, so a streamed answer never shows part of a stop sequence."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.text = ""  # everything released so far
+        self._pending = ""
+        self.hit = False
+
+    def feed(self, piece: str) -> str:
+        """The next piece of the answer -> the text that may be shown now ("" once a stop is hit)."""
+        if self.hit:
+            return ""
+        buf = self._pending + piece
+        cuts = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if cuts:
+            self.hit = True
+            out, self._pending = buf[: min(cuts)], ""
+        else:
+            keep = self._held(buf)
+            out, self._pending = buf[: len(buf) - keep], buf[len(buf) - keep:]
+        self.text += out
+        return out
+
+    def _held(self, buf: str) -> int:
+        """The length of the longest end of `buf` that a stop sequence starts with."""
+        keep = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), keep, -1):
+                if buf.endswith(s[:k]):
+                    keep = k
+                    break
+        return keep
+
+    def flush(self) -> str:
+        out, self._pending = ("" if self.hit else self._pending), ""
+        self.text += out
+        return out
+
+
+# ---- responses -------------------------------------------------------------------------------------
+def new_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+
+
+def finish_reason(result: CompletionResult, stopped: bool) -> str:
+    """OpenAI's reasons: "stop" (end of answer or a stop sequence) or "length" (max_tokens)."""
+    return "stop" if stopped or result.finish_reason == "stop" else "length"
+
+
+def usage(result: CompletionResult) -> dict:
+    n = result.timings.predicted_n
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": n, "total_tokens": result.prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": result.timings.cache_n}}
+
+
+def timings(t: Timings) -> dict:
+    return t.as_dict()
+
+
+def response(p: Parsed, rid: str, model: str, created: int, text: str, result: CompletionResult,
+             stopped: bool) -> dict:
+    """The whole (non-streamed) answer."""
+    reason = finish_reason(result, stopped)
+    if p.chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                  "logprobs": None, "finish_reason": reason}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    return {"id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": created,
+            "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings)}
+
+
+def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
+          reason: str | None = None, result: CompletionResult | None = None) -> dict:
+    """One streamed chunk: the role first (chat), then text pieces, then the finish reason with timings."""
+    if p.chat:
+        delta: dict = {}
+        if role:
+            delta["role"] = "assistant"
+            delta["content"] = ""
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+    out = {"id": rid, "object": "chat.completion.chunk" if p.chat else "text_completion", "created": created,
+           "model": model, "choices": [choice]}
+    if result is not None:
+        out["timings"] = timings(result.timings)
+    if p.include_usage:
+        out["usage"] = None  # OpenAI: null on every chunk but the last, usage-only one
+    return out
+
+
+def usage_chunk(p: Parsed, rid: str, model: str, created: int, result: CompletionResult) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk" if p.chat else "text_completion", "created": created,
+            "model": model, "choices": [], "usage": usage(result)}
+
+
+def model_card(model_id: str, info) -> dict:
+    """An entry of GET /v1/models, with what a client may want to know about the model."""
+    return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "ridgefill-desktop",
+            "meta": {"name": info.model_name, "architecture": info.architecture, "n_layer": info.n_layer,
+                     "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "default_split": info.default_split,
+                     "default_tail": info.default_tail}}
