@@ -217,8 +217,10 @@ class ApiServer:
     # ---- completions -------------------------------------------------------------------------------
     def _ended(self, run: EngineRun) -> None:
         self.in_flight -= 1
-        if run.client_gone:
-            self.stats["cancelled_client_gone"] += 1  # its engine task ended: the engine is free again
+        stopped = isinstance(run.end, TaskCancelled) or (isinstance(run.end, TaskDone)
+                                                         and run.end.result.finish_reason == "cancelled")
+        if run.client_gone and stopped:
+            self.stats["cancelled_client_gone"] += 1  # stopped early for a client that left: the engine is free
 
     async def _complete(self, request: Request, *, chat: bool) -> Response:
         self._check_key(request)

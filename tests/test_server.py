@@ -1,0 +1,256 @@
+"""The OpenAI-compatible server (app/server), driven by the official `openai` client against the real
+server on a loopback port, in front of the embedded model in an engine process: answers streamed and
+not, with timings; each bad input gets its status; a client that disconnects mid-stream frees the
+engine; a small load test; the bind rule."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from app.commands.serve import DEFAULT_MODE  # noqa: E402
+from app.server.schema import Defaults, StopFilter  # noqa: E402
+
+DOC = ("Notes from the island survey. The lighthouse keeper's cat is named Biscuit. The old pier is 140 metres "
+       "long. The survey boat is painted green.")
+QUESTION = "What is the cat's name?"
+KEY = "test-key-123"
+
+
+def doc_messages(question: str = QUESTION) -> list[dict]:
+    return [{"role": "user", "content": f"Read this document.\n\n{DOC}\n\nQuestion: {question}"}]
+
+
+@pytest.fixture(scope="module")
+def gateway(model_path):
+    from app.engine_protocol import EngineSettings
+    from app.server.gateway import ProcessGateway
+
+    gw = ProcessGateway(EngineSettings(model_path, n_ctx=2048, n_batch=256, warm_up=False)).start()
+    gw.wait_ready()
+    yield gw
+    gw.close()
+
+
+def start(gateway, **kw):
+    from app.server.runner import LocalServer
+
+    return LocalServer(gateway, defaults=Defaults(DEFAULT_MODE), port=0, **kw).start()
+
+
+@pytest.fixture(scope="module")
+def server(gateway):
+    srv = start(gateway)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def health(server) -> dict:
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def wait_idle(server, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while (h := health(server))["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return h
+
+
+def post_raw(server, path: str, data: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+# ---- answers -------------------------------------------------------------------------------------
+def test_models_and_health(server, client, model, gateway):
+    assert model == "SmolLM2-135M-Instruct.Q4_1"
+    assert client.models.retrieve(model).id == model
+    h = health(server)
+    assert h["status"] == "ok" and h["model"] == model and h["in_flight"] == 0
+
+
+def test_chat_about_a_document_with_timings_and_prefix_reuse(client, model):
+    resp = client.chat.completions.create(model=model, messages=doc_messages(), max_tokens=12)
+    answer = resp.choices[0].message.content
+    assert answer.strip() and resp.choices[0].finish_reason in ("stop", "length")
+    assert "Biscuit" in answer  # greedy: the fact from the document
+    t = resp.timings  # llama.cpp server's timings object, with RidgeFill's fields
+    for name in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "ttft_ms", "mode", "split",
+                 "tail", "bulk_n", "exact_n", "note"):
+        assert name in t
+    assert t["predicted_n"] == resp.usage.completion_tokens
+    assert resp.usage.prompt_tokens == t["prompt_n"] + t["cache_n"]
+    assert t["mode"] == "off" and "nothing to win" in t["note"]  # a short document runs exact, and says so
+
+    again = client.chat.completions.create(model=model, messages=doc_messages("How long is the old pier?"),
+                                           max_tokens=4)
+    assert again.timings["cache_n"] > 0  # the document is reused from the first request's cache
+
+
+def test_chat_streamed_with_timings_and_usage(client, model):
+    stream = client.chat.completions.create(model=model, messages=doc_messages(), max_tokens=12, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Biscuit" in text
+    last = [c for c in chunks if c.choices][-1]
+    assert last.choices[0].finish_reason in ("stop", "length")
+    assert last.timings["predicted_n"] > 0 and "ttft_ms" in last.timings
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == last.timings["predicted_n"]
+
+
+def test_completions_with_a_stop_sequence(client, model):
+    prompt = "Monday, Tuesday, Wednesday,"
+    full = client.completions.create(model=model, prompt=prompt, max_tokens=12).choices[0].text
+    stop = full[len(full) // 2: len(full) // 2 + 3]  # a stop sequence the (greedy) answer runs into
+    resp = client.completions.create(model=model, prompt=prompt, max_tokens=12, stop=[stop])
+    assert resp.choices[0].text == full[: full.find(stop)] and resp.choices[0].finish_reason == "stop"
+    assert resp.timings["predicted_n"] >= 1
+    streamed = client.completions.create(model=model, prompt=prompt, max_tokens=12, stop=[stop], stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == resp.choices[0].text
+
+
+@pytest.mark.slow
+def test_ridgefill_options_reach_the_engine(client, model):
+    """speed at split 21 (maps shipped in maps_cache/) and tail 256 on ~1,400 tokens: the timings say so."""
+    from backend.corpus import corpus_texts
+
+    doc = "\n\n".join(corpus_texts())[:5600]
+    resp = client.chat.completions.create(
+        model=model, max_tokens=2, messages=[{"role": "user", "content": doc + "\n\nWho wrote this?"}],
+        extra_body={"ridgefill": {"mode": "speed", "split": 21, "tail": 256, "reuse_prefix": False}})
+    t = resp.timings
+    assert (t["mode"], t["split"], t["tail"]) == ("speed", 21, 256), t["note"]
+    assert t["bulk_n"] > 1024 and t["cache_n"] == 0
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+def test_malformed_json_and_fields_get_400(server, client, model):
+    status, body = post_raw(server, "/v1/chat/completions", b'{"messages": [')
+    assert status == 400 and body["error"]["code"] == "invalid_json"
+    bad = [
+        dict(messages=[]),
+        dict(messages=[{"role": "robot", "content": "hi"}]),
+        dict(messages=doc_messages(), max_tokens=0),
+        dict(messages=doc_messages(), temperature="hot"),
+        dict(messages=doc_messages(), n=2),
+        dict(messages=doc_messages(), extra_body={"ridgefill": {"mode": "turbo"}}),
+        dict(messages=doc_messages(), extra_body={"ridgefill": {"split": 99}}),
+    ]
+    for kw in bad:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, **kw)
+        assert e.value.status_code == 400 and e.value.body["message"], kw
+    assert health(server)["in_flight"] == 0
+
+
+def test_a_prompt_longer_than_the_context_gets_400_with_token_counts(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, max_tokens=8,
+                                       messages=[{"role": "user", "content": "lorem ipsum " * 1500}])
+    err = e.value.body
+    assert err["code"] == "context_length_exceeded" and err["n_ctx"] == 2048 and err["n_prompt_tokens"] > 2048
+    assert f"{err['n_prompt_tokens']:,}" in err["message"]
+    with pytest.raises(openai.BadRequestError):  # streamed: the 400 comes before any chunk
+        list(client.chat.completions.create(model=model, max_tokens=8, stream=True,
+                                            messages=[{"role": "user", "content": "lorem ipsum " * 1500}]))
+
+
+def test_unknown_model_gets_404(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=doc_messages(), max_tokens=2)
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_a_key_is_required_when_set(gateway):
+    srv = start(gateway, api_key=KEY)
+    try:
+        wrong = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as e:
+            wrong.chat.completions.create(model="x", messages=doc_messages(), max_tokens=2)
+        assert e.value.body["code"] == "invalid_api_key"
+        status, body = post_raw(srv, "/v1/chat/completions", json.dumps({"messages": doc_messages()}).encode())
+        assert status == 401 and body["error"]["code"] == "missing_api_key"  # no Authorization header
+        ok = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
+        assert ok.models.list().data
+        assert health(srv)["status"] == "ok"  # /health needs no key
+    finally:
+        srv.stop()
+
+
+def test_bind_rule(capsys):
+    from app.cli import run_cli
+    from app.server.runner import check_bind, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.20")
+    check_bind("0.0.0.0", KEY)  # a key makes it allowed
+    assert run_cli(["serve", "--host", "0.0.0.0"]) == 2  # refused before the model loads
+    assert "without an API key" in capsys.readouterr().err
+
+
+# ---- disconnects, the queue, load -----------------------------------------------------------------
+def test_a_client_that_disconnects_mid_stream_frees_the_engine(gateway):
+    srv = start(gateway, max_queue=1)
+    try:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        model = c.models.list().data[0].id
+        stream = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Tell a long story."}],
+                                           max_tokens=1000, stream=True, extra_body={"ridgefill": {"mode": "off"}})
+        got = 0
+        for chunk in stream:
+            got += bool(chunk.choices and chunk.choices[0].delta.content)
+            if got == 3:
+                break
+        # the queue holds one request, and the story is running: the next is turned away with the reason
+        with pytest.raises(openai.InternalServerError) as e:
+            c.chat.completions.create(model=model, messages=doc_messages(), max_tokens=2)
+        assert e.value.status_code == 503 and e.value.body["code"] == "queue_full"
+        t0 = time.monotonic()
+        stream.close()  # the client goes away mid-stream
+        h = wait_idle(srv, 20)
+        assert h["in_flight"] == 0 and h["stats"]["cancelled_client_gone"] == 1
+        assert time.monotonic() - t0 < 15  # 1,000 tokens would take far longer: the story was stopped
+        resp = c.chat.completions.create(model=model, messages=doc_messages(), max_tokens=4)
+        assert resp.choices[0].message.content and resp.timings["predicted_n"] > 0
+    finally:
+        srv.stop()
+
+
+def test_small_load(server):
+    from app.server.load import run_load
+
+    report = run_load(server.url, clients=3, requests=2, max_tokens=4)
+    s = report.summary()
+    assert s["sent"] == 6 and s["lost"] == 0 and s["answered"] + s["rejected"] == 6, s
+    assert s["answered"] == 6  # the queue (16) holds them all
+    assert report.healthy_after, s
+
+
+def test_stop_filter_holds_back_what_may_start_a_stop_sequence():
+    f = StopFilter(["\n\n", "END"])
+    shown = [f.feed(p) for p in ["Hello E", "N", "d wor", "ld\n", "x\n", "\nmore"]]
+    assert shown == ["Hello ", "", "ENd wor", "ld", "\nx", ""] and f.hit
+    assert f.text + f.flush() == "Hello ENd world\nx"
+    g = StopFilter(["xyz"])
+    assert [g.feed(p) for p in ["ab", "x", "y"]] == ["ab", "", ""] and g.flush() == "xy" and not g.hit
