@@ -244,3 +244,46 @@ def test_leftovers_of_a_killed_download_are_not_taken_and_restart_is_clean(hub, 
     path = download_model(entry(tiny), settings, job)
     assert path.read_bytes() == tiny and job.state is State.READY
     assert not staging.exists()
+
+
+def test_a_second_download_of_the_same_model_waits_and_never_touches_the_first(hub, settings, tiny, monkeypatch):
+    """Two downloads of one model at once (two windows, the GUI and the CLI): the second waits for the
+    first (cancellable while it waits) and then finds the model installed; the first's partial file is
+    never deleted or overwritten, and the file is fetched once."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+    hub.delay_s = 0.02  # ~0.5 s for the whole file
+    first, second, third = DownloadJob("first"), DownloadJob("second"), DownloadJob("third")
+    started = threading.Event()
+    first.on_event = lambda e: started.set() if e.state is State.DOWNLOADING and e.done > len(tiny) // 5 else None
+    waiting = {j.label: threading.Event() for j in (second, third)}
+    for j in (second, third):
+        j.on_event = lambda e: waiting[e.label].set() if getattr(e, "note", "") else None
+    results: dict[str, object] = {}
+
+    def run(job):
+        try:
+            results[job.label] = download_model(entry(tiny), settings, job)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            results[job.label] = exc
+
+    threads = {j.label: threading.Thread(target=run, args=(j,)) for j in (first, second, third)}
+    threads["first"].start()
+    assert started.wait(30)
+    threads["second"].start()
+    threads["third"].start()
+    told = waiting["third"].wait(10) and waiting["second"].wait(10)  # why nothing moves
+    first_was_downloading = first.state is State.DOWNLOADING
+    third.cancel()  # a waiting download stops at once, and leaves the first alone
+    for t in threads.values():
+        t.join(60)
+    path = store.model_path(entry(tiny), settings)
+    assert path is not None and results["first"] == results["second"] == path, results
+    assert path.read_bytes() == tiny
+    assert told and first_was_downloading
+    assert isinstance(results["third"], DownloadCancelled) and third.history == [State.QUEUED, State.FAILED]
+    assert first.history == [State.QUEUED, State.DOWNLOADING, State.VERIFYING, State.READY]
+    assert second.history == [State.QUEUED, State.READY]  # found it installed: no second download
+    assert len([p for m, p, _ in hub.requests if m == "GET" and p.endswith(FILE)]) == 1
+    assert not (settings.staging_dir / "tiny-q8_0").exists()

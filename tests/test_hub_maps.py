@@ -155,3 +155,24 @@ def test_publish_refuses_a_manifest_that_lists_readme(settings, tmp_path):
     (folder / "ridgefill.json").write_text(json.dumps(m))
     with pytest.raises(HubError, match="README.md"):
         publish_maps(folder, "someone/x", settings)
+
+
+def test_a_map_download_waits_while_another_download_holds_its_staging(hub, settings, smol_entry):
+    """Another download of the same set (another window or process) is using the staging folder: this
+    one waits, says so, leaves the other's partial file alone, and goes on once the other has ended."""
+    import threading
+
+    from backend.hub.downloads import claim_staging
+    from backend.hub.maps_hub import staging_name
+
+    job, noted, result = DownloadJob("maps"), threading.Event(), {}
+    job.on_event = lambda e: noted.set() if e.note else None
+    worker = threading.Thread(target=lambda: result.update(folder=download_maps(smol_entry, 28, MODEL, settings, job)))
+    with claim_staging(settings, staging_name(smol_entry, 28), DownloadJob("other")) as staging:
+        staging.mkdir(parents=True)
+        (staging / "partial").write_bytes(b"the other download's bytes")
+        worker.start()
+        assert noted.wait(30) and "another download" in job.note
+        assert job.state is State.QUEUED and (staging / "partial").read_bytes() == b"the other download's bytes"
+    worker.join(60)
+    assert job.state is State.READY and local_map_sets(MODEL, settings)[28].folder == result["folder"]

@@ -3,6 +3,8 @@
 `download_model(entry, settings, job)` runs in the caller's thread (a GUI runs it in a worker and calls
 `job.cancel()` from its own). Steps, each a state of the job (jobs.py):
   queued       already installed? offline? -> ready / failed
+               claim <cache>/downloads/<id>/ (claim_staging): a second download of the same model waits
+               here, cancellable, and then finds it installed -> ready
                HEAD on the hub (size, sha256 from X-Linked-Etag, commit); disk fit -> failed with numbers
   downloading  hf_hub_download(local_dir=<cache>/downloads/<id>) with a tqdm bridge for bytes and cancel;
                the library writes a unique temporary file and renames it when whole, retries dropped
@@ -17,9 +19,11 @@ import errno
 import hashlib
 import logging
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
+from filelock import FileLock, Timeout  # huggingface_hub's own dependency (it locks its cache with it)
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
@@ -52,6 +56,7 @@ hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, 1024 * 
 # cancel between chunks would be lost. The hub serves every file over plain HTTP too.
 hf_constants.HF_HUB_DISABLE_XET = True
 HASH_CHUNK = 4 * 1024 * 1024
+LOCK_POLL_S = 0.2  # how often a download waiting for a staging folder checks its cancel
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -92,7 +97,15 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
             f"Offline: {entry.id} ({entry.repo_id}/{entry.filename}) is not in the cache. "
             "Go online (drop --offline) to download it."
         )
+    with claim_staging(settings, entry.id, job) as staging:
+        installed = store.model_path(entry, settings)  # another download may have installed it meanwhile
+        if installed is not None:
+            job.move(State.READY, path=str(installed))
+            return installed
+        return _download_into(staging, entry, settings, job)
 
+
+def _download_into(staging: Path, entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
     meta = get_hf_file_metadata(
         hf_hub_url(entry.repo_id, entry.filename, revision=entry.revision, endpoint=settings.endpoint),
         token=settings.token or False, endpoint=settings.endpoint,
@@ -112,8 +125,7 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
         job.fit = report.summary()
         report.require_disk()
 
-    staging = settings.staging_dir / entry.id
-    _clean_stale_partials(staging)
+    _clean_stale_partials(staging)  # left by a download that no longer runs: we hold the claim
     job.move(State.DOWNLOADING)
     try:  # a failure from here on leaves nothing staged (the library already dropped its temp file)
         staged = Path(
@@ -141,6 +153,37 @@ def _run(entry: ModelEntry, settings: HubSettings, job: DownloadJob) -> Path:
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
     return final
+
+
+@contextmanager
+def claim_staging(settings: HubSettings, name: str, job: DownloadJob) -> Iterator[Path]:
+    """<cache>/downloads/<name>/ for this download alone, while the block runs.
+
+    Two downloads of the same thing at once (two windows, the GUI and the CLI) would otherwise share the
+    folder: the second's clean-up deletes the first's partial file, and either one's failure wipes the
+    other's. So the second waits here, told why (job.note) and free to cancel, until the first has ended;
+    then it finds the thing installed, or downloads it itself if the first failed. Waiting rather than
+    refusing: the waiter gets what it asked for without fetching the same gigabytes twice. A unique
+    folder per download would not stop the two installs racing, and could not tell a live partial from a
+    crashed one. The claim is an OS file lock (filelock) in <cache>/locks/, so it holds across threads
+    and processes and a killed process lets go of it; whatever the folder holds once the claim is taken
+    was left by a download that no longer runs.
+    """
+    lock = FileLock(str(settings.locks_dir / f"{name}.lock"))
+    while True:
+        try:
+            lock.acquire(timeout=LOCK_POLL_S)
+            break
+        except Timeout:
+            if job.cancelled:
+                raise DownloadCancelled("Download cancelled while it waited for another download of the same files.")
+            if not job.note:
+                job.say(f"waiting: another download of {name} is running (here or in another RidgeFill "
+                        "process); this one goes on when it ends")
+    try:
+        yield settings.staging_dir / name
+    finally:
+        lock.release()
 
 
 def _hf_download(repo_id: str, filename: str, revision: str, local_dir: Path, settings: HubSettings,

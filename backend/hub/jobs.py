@@ -45,6 +45,7 @@ class DownloadEvent:
     warnings: tuple[str, ...] = ()
     elapsed_s: float = 0.0
     fit: str = ""  # does it fit this machine (disk, memory), known once the size is
+    note: str = ""  # why nothing moves yet, e.g. waiting for another download of the same thing
 
 
 @dataclass
@@ -59,6 +60,7 @@ class DownloadJob:
     path: str | None = None
     warnings: list[str] = field(default_factory=list)
     fit: str = ""
+    note: str = ""
     history: list[State] = field(default_factory=lambda: [State.QUEUED])
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _t0: float = field(default_factory=time.monotonic, repr=False)
@@ -79,6 +81,7 @@ class DownloadJob:
             raise RuntimeError(f"download state machine: {self.state.value} -> {state.value} is not allowed")
         self.state = state
         self.history.append(state)
+        self.note = ""
         if state is State.VERIFYING:
             self.done = 0
         if reason is not None:
@@ -91,6 +94,11 @@ class DownloadJob:
         if not self.finished:
             self.move(State.FAILED, reason=reason)
 
+    def say(self, note: str) -> None:
+        """Tell the watcher why the job is not moving (cleared by the next state)."""
+        self.note = note
+        self._emit()
+
     def add_bytes(self, n: int) -> None:
         self.done += n
         self._emit()
@@ -99,5 +107,6 @@ class DownloadJob:
         if self.on_event is not None:
             self.on_event(
                 DownloadEvent(self.label, self.state, self.done, self.total, self.file, self.reason, self.path,
-                              tuple(self.warnings), time.monotonic() - self._t0, self.fit)
+                              tuple(self.warnings), time.monotonic() - self._t0, self.fit,
+                              self.note)
             )

@@ -25,7 +25,7 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from . import store
 from .catalogue import ModelEntry
-from .downloads import _hf_download, run_job, verify_file
+from .downloads import _hf_download, claim_staging, run_job, verify_file
 from .errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed, describe_error
 from .jobs import DownloadJob, State
 from .machine_fit import check_fit
@@ -152,7 +152,24 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     report = check_fit(job.total, settings.staging_dir, settings.disk_free)
     job.fit = report.summary()
     report.require_disk()
-    staging = settings.staging_dir / f"maps-{entry.id}-{folder}"
+    final = settings.maps_dir / install_name(model_path, split)
+    with claim_staging(settings, staging_name(entry, split), job) as staging:
+        if (final / MANIFEST).is_file():  # another download may have installed it while this one waited
+            verdict = check_folder(final, model_path)
+            if verdict.status in ("verified", "warning"):
+                job.warnings.extend(verdict.reasons if verdict.status == "warning" else [])
+                job.move(State.READY, path=str(final))
+                return final
+        return _fetch_set(staging, final, repo_id, commit, folder, files, model_path, job, settings)
+
+
+def staging_name(entry: ModelEntry, split: int) -> str:
+    """The staging folder (below HubSettings.staging_dir) of a map download, claimed while it runs."""
+    return f"maps-{entry.id}-{split_folder(split)}"
+
+
+def _fetch_set(staging: Path, final: Path, repo_id: str, commit: str, folder: str, files: list, model_path: Path,
+               job: DownloadJob, settings: HubSettings) -> Path:
     store.remove_quietly(staging)  # a clean restart: map files are small, nothing worth resuming
     try:  # any failure from here on leaves no staged file behind
         job.move(State.DOWNLOADING)
@@ -176,7 +193,7 @@ def _run(entry: ModelEntry, split: int | None, model_path: Path, settings: HubSe
     except BaseException:
         store.remove_quietly(staging)
         raise
-    final = store.install_folder(staged, settings.maps_dir / install_name(model_path, split))
+    store.install_folder(staged, final)
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
     return final

@@ -44,6 +44,12 @@ class HubSettings:
         return self._mk(user_paths.staging_dir(self.cache_root))
 
     @property
+    def locks_dir(self) -> Path:
+        """One lock file per staging folder (downloads.claim_staging): who is using it right now. Kept
+        outside staging so a failed download leaves staging empty; a lock file is never deleted."""
+        return self._mk(self.cache_root / "locks")
+
+    @property
     def hf_cache_dir(self) -> Path:
         """huggingface_hub's own cache (reused if a file is already there)."""
         return self._mk(user_paths.hf_cache_dir(self.cache_root))
