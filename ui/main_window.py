@@ -32,6 +32,7 @@ from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
 from ui.models_panel import ModelsPanel
 from ui.recall_panel import RecallPanel
+from ui.serve_switch import ServeSwitch
 from ui.settings_dialog import SettingsDialog
 from ui.ttft_chart import TtftChart
 
@@ -133,6 +134,9 @@ class MainWindow(QMainWindow):
         a = QAction("Restart engine", self)
         a.triggered.connect(lambda: self.restart_engine())
         e.addAction(a)
+        self.serve = ServeSwitch(self.service, self)  # the OpenAI-compatible server on this engine
+        e.addAction(self.serve.action)
+        self.statusBar().addPermanentWidget(self.serve.label)
 
     # ---- conversations ---------------------------------------------------------------------------
     @Slot()
@@ -335,6 +339,7 @@ class MainWindow(QMainWindow):
         self.chat.save()
         for panel in (self.recall, self.models):
             panel.shutdown()
+        self.serve.stop()
         if self.owns_service:
             self.service.shutdown()
 
