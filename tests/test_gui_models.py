@@ -81,3 +81,57 @@ def test_cancel_stops_a_download_and_installs_nothing(qtbot, panel):
     assert panel.state.text().startswith("Failed") and "cancel" in panel.state.text()
     assert panel.table.item(r, 4).text() == "not downloaded"
     assert panel.download_btn.isEnabled()
+
+
+def tiny_map_set(model, maps_dir):
+    """A valid (random) map set at split 0 for a tiny GGUF of write_tiny_gguf (2 layers of width 64)."""
+    import torch
+
+    from backend.model_file import read_model_info
+    from backend.ridgefill.fingerprint import model_fingerprint
+    from backend.ridgefill.map_format import write_map_folder
+
+    info = read_model_info(model)
+    n, d, layers = info.n_layer, info.n_embd, list(range(1, info.n_layer))
+    return write_map_folder(
+        maps_dir / "second-test-model-s00", split=0, n_layer=n,
+        weights={l: torch.eye(d) for l in layers}, biases={l: torch.zeros(d) for l in layers},
+        fingerprint=model_fingerprint(model, layers=list(range(0, n))), lambdas={l: 0.01 for l in layers},
+        heldout_cosine={l: 0.5 for l in layers}, calibration={"note": "random maps for the panel test"})
+
+
+def map_blocks(text: str) -> dict[str, str]:
+    """The panel's map listing, model title -> its indented lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("  "):
+            out[title] += line + "\n"
+        else:
+            title = line
+            out[title] = ""
+    return out
+
+
+def test_map_sets_of_every_installed_model_are_listed(qtbot, panel, tmp_path, model_path):
+    """Not only the current model's: a second installed model's map set is listed too, in its own block."""
+    from types import SimpleNamespace
+
+    second = tmp_path / "second.gguf"
+    write_tiny_gguf(second, n_floats=1000, name="second test model")
+    folder = tiny_map_set(second, panel.hub_settings().maps_dir)
+    panel.add_local(str(second))  # "Open local GGUF…": added to the catalogue, then the maps are listed again
+    qtbot.waitUntil(lambda: not panel.refreshing() and "second test model" in panel.maps.text(), timeout=60_000)
+    blocks = map_blocks(panel.maps.text())
+    # No engine yet, so no current model: every installed model is listed, each with its own sets.
+    assert list(blocks) == ["SmolLM2 135M Instruct", "second test model"], blocks  # "Tiny" is not downloaded
+    smol = blocks["SmolLM2 135M Instruct"]
+    assert "  split 12: verified — " in smol and "maps_cache" in smol  # the shipped sets
+    assert blocks["second test model"] == f"  split 0: verified — {folder}\n"  # only its own set
+    # With the embedded model running, it comes first and is marked; the second model is still listed.
+    panel.service = SimpleNamespace(info=SimpleNamespace(model_path=model_path, default_split=12))
+    panel.refresh()
+    qtbot.waitUntil(lambda: not panel.refreshing() and "current model" in panel.maps.text(), timeout=60_000)
+    blocks = map_blocks(panel.maps.text())
+    assert list(blocks) == ["SmolLM2 135M Instruct — current model", "second test model"], blocks
+    assert "fit-maps --split 12" in blocks["SmolLM2 135M Instruct — current model"]
+    assert blocks["second test model"] == f"  split 0: verified — {folder}\n"

@@ -23,12 +23,12 @@ REPO = "test-org/tiny-GGUF"
 FILE = "tiny-Q8_0.gguf"
 
 
-def write_tiny_gguf(path: Path, n_floats: int = 400_000) -> bytes:
+def write_tiny_gguf(path: Path, n_floats: int = 400_000, name: str = "tiny test model") -> bytes:
     """A small but valid GGUF (llama metadata, one tensor of random floats): ~1.6 MB."""
     import gguf
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny test model")
+    w.add_name(name)
     w.add_block_count(2)
     w.add_embedding_length(64)
     w.add_head_count(4)

@@ -1,5 +1,5 @@
 """Models and maps: HUB's catalogue with one-click download (progress, cancel, fit hints), "open local
-GGUF", and the map sets on disk for the current model.
+GGUF", and the map sets on disk for every installed model (the current one first).
 
 Everything that touches the disk or the network (reading the catalogue and what is installed, the
 disk/memory fit, hashing map folders, downloads, adding a local file) runs as a background job
@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.engine_client import TaskHandle
 from app.job_runner import JobContext
 from app.paths import cache_dir, data_dir
+from backend.errors import Cancelled
 from backend.hub import catalogue as cat
 from backend.hub import maps_hub
 from backend.hub.downloads import download_model
@@ -69,18 +70,40 @@ def catalogue_entry_of(model_path: str, hs: HubSettings) -> cat.ModelEntry | Non
     return None
 
 
-def map_sets_text(model_path: str, default_split: int, hs: HubSettings) -> str:
-    """The usable map sets on disk for the model (each folder verified: sha256 of its files), and a hint."""
-    try:
-        sets = maps_hub.local_map_sets(Path(model_path), hs)
-    except Exception as exc:  # noqa: BLE001 - a listing that fails says why; it must not break the panel
-        return f"Map sets cannot be listed: {exc}"
-    lines = [f"split {s}: {v.status}" + (f" ({'; '.join(v.reasons)})" if v.reasons else "") + f" — {v.folder}"
-             for s, v in sorted(sets.items())]
-    entry = catalogue_entry_of(model_path, hs)
-    hint = maps_hub.fit_hint(entry, default_split, Path(model_path)) if entry else \
-        "Fit a map set locally with “Fit maps for this split” (RidgeFill panel)."
-    return "\n".join(lines or ["No verified map set on disk for this model."]) + "\n" + hint
+def installed_models(entries: list[cat.ModelEntry], rows: list[dict],
+                     current_path: str | None) -> list[tuple[cat.ModelEntry | None, str]]:
+    """(entry, file) of every installed model, the current one first; a current model that is not in
+    the catalogue comes as (None, file). Reads nothing: `rows` are backend.hub.status.model_rows."""
+    current = Path(current_path).resolve() if current_path else None
+    found = [(e, r["path"]) for e, r in zip(entries, rows) if r["path"]]
+    first = [m for m in found if current is not None and Path(m[1]).resolve() == current]
+    if current is not None and not first:
+        first = [(None, str(current_path))]
+    return first + [m for m in found if m not in first]
+
+
+def map_sets_text(models: list[tuple[cat.ModelEntry | None, str]], current_path: str | None,
+                  default_split: int | None, hs: HubSettings, cancelled=lambda: False) -> str:
+    """The usable map sets on disk for each model (each folder verified: sha256 of its files, then the
+    model's fingerprint), one block per model; the current model's block ends with a fitting hint."""
+    current = Path(current_path).resolve() if current_path else None
+    blocks = []
+    for entry, path in models:
+        if cancelled():
+            raise Cancelled("map listing cancelled")
+        is_current = current is not None and Path(path).resolve() == current
+        title = (entry.name if entry else Path(path).name) + (" — current model" if is_current else "")
+        try:
+            sets = maps_hub.local_map_sets(Path(path), hs)
+            lines = [f"split {s}: {v.status}" + (f" ({'; '.join(v.reasons)})" if v.reasons else "")
+                     + f" — {v.folder}" for s, v in sorted(sets.items())] or ["No verified map set on disk."]
+        except Exception as exc:  # noqa: BLE001 - a listing that fails says why; it must not break the panel
+            lines = [f"Map sets cannot be listed: {exc}"]
+        if is_current:
+            lines.append(maps_hub.fit_hint(entry, default_split, Path(path)) if entry else
+                         "Fit a map set locally with “Fit maps for this split” (RidgeFill panel).")
+        blocks.append("\n".join([title] + ["  " + line for line in lines]))
+    return "\n".join(blocks) if blocks else "No model is installed."
 
 
 def _download(ctx: JobContext, label: str, hs: HubSettings, run) -> tuple[str, list[str], tuple]:
@@ -121,8 +144,9 @@ class ModelsPanel(QWidget):
         self.progress.setVisible(False)
         self.state = QLabel()
         self.state.setWordWrap(True)
-        self.maps_title = QLabel("<b>Map sets for the current model</b>")
+        self.maps_title = QLabel("<b>Map sets of the installed models</b>")
         self.maps = QLabel()
+        self.maps.setTextFormat(Qt.PlainText)
         self.maps.setWordWrap(True)
         self.maps.setTextInteractionFlags(Qt.TextSelectableByMouse)
 
@@ -200,15 +224,15 @@ class ModelsPanel(QWidget):
         self._on_select()
 
     def _list_maps(self) -> None:
-        info = self.service.info
-        if info is None:
-            self.maps.setText("(the engine is starting)")
-            return
+        """Every installed model's map sets, checked in the background (hashing folders takes a while)."""
+        info = self.service.info  # None while the engine starts: no model is marked current yet
+        current, split = (info.model_path, info.default_split) if info is not None else (None, None)
+        models = installed_models(self.entries, self.rows, current)
         if self._maps_task is not None:
             self._maps_task.cancel()
         hs = self.hub_settings()
         self.maps.setText("Checking the map sets on disk…")
-        h = self.jobs.submit("map sets", lambda ctx: map_sets_text(info.model_path, info.default_split, hs),
+        h = self.jobs.submit("map sets", lambda ctx: map_sets_text(models, current, split, hs, lambda: ctx.cancelled),
                              owner=self, on_done=lambda text: self._maps_listed(h, text),
                              on_failed=lambda _type, message: self._maps_listed(h, f"Map sets cannot be listed: {message}"),
                              on_cancelled=lambda _message: self._maps_listed(h, None))
@@ -284,7 +308,7 @@ class ModelsPanel(QWidget):
         rate = ev.done / ev.elapsed_s / 1e6 if ev.elapsed_s > 0 else 0.0
         self.state.setText(f"{ev.label}: {ev.state.value} · {ev.done / 1e6:,.1f}"
                            + (f" / {ev.total / 1e6:,.1f}" if ev.total else "") + f" MB · {rate:,.1f} MB/s"
-                           + (f" · {ev.file}" if ev.file else ""))
+                           + (f" · {ev.file}" if ev.file else "") + (f" · {ev.note}" if ev.note else ""))
 
     def _on_done(self, res) -> None:
         path, warnings, catalogue = res
@@ -333,6 +357,7 @@ class ModelsPanel(QWidget):
 
         def added(catalogue) -> None:
             self._show_catalogue(*catalogue)
+            self._list_maps()
             self.open_model.emit(path)
 
         self.state.setText(f"Checking {Path(path).name}…")
