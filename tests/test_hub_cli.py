@@ -6,6 +6,7 @@ import json
 import pytest
 
 from app.cli import run_cli
+from backend.ridgefill.defaults import MEASURED_SPLITS
 from backend.model_file import embedded_model_path
 from tests.hub_server import FakeHub
 from tests.test_hub_downloads import write_tiny_gguf
@@ -26,6 +27,8 @@ def hub():
     h = FakeHub(token="tok").start()
     yield h
     h.stop()
+# the embedded model's default split (SmolLM2: 30 layers, width 576); maps for it ship in maps_cache/
+EMBEDDED_SPLIT = MEASURED_SPLITS[("llama", 30, 576)]
 
 
 def test_models_lists_catalogue_with_states(capsys):
@@ -69,7 +72,7 @@ def test_publish_then_list_and_download_maps(tmp_path, capsys, hub):
     assert capsys.readouterr().out.strip().endswith(hub.repos[repo].commit)
     assert run_cli(["maps", EMBEDDED, "--endpoint", hub.url, "--maps-owner", "me"]) == 0
     out = capsys.readouterr().out
-    assert "splits 28" in out and "fit-maps --split 18" in out
+    assert "splits 28" in out and f"fit-maps --split {EMBEDDED_SPLIT}" in out
     assert run_cli(["download-maps", EMBEDDED, "--split", "28", "--endpoint", hub.url, "--maps-owner", "me"]) == 0
     cap = capsys.readouterr()
     assert cap.out.strip().endswith("-s28") and "maps smollm2-135m-instruct-q4_1: ready" in cap.err
@@ -85,9 +88,9 @@ def test_shipped_maps_count_as_installed_offline(capsys):
     assert run_cli(["maps", EMBEDDED, "--offline"]) == 0
     out = capsys.readouterr().out
     assert "split 18: verified" in out and "maps_cache" in out
-    assert run_cli(["download-maps", EMBEDDED, "--offline"]) == 0  # default split 18
+    assert run_cli(["download-maps", EMBEDDED, "--offline"]) == 0  # the model's default split
     cap = capsys.readouterr()
-    assert "maps_cache" in cap.out and cap.out.strip().endswith("-s18") and ": ready" in cap.err
+    assert "maps_cache" in cap.out and cap.out.strip().endswith(f"-s{EMBEDDED_SPLIT:02d}") and ": ready" in cap.err
 
 
 def test_add_hub_repo_lists_its_files_through_the_hub(capsys, hub):
