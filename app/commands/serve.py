@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from app.commands.common import model_path
 from app.engine_protocol import EngineSettings
@@ -46,7 +47,13 @@ def run(args) -> int:
     from app.server.schema import Defaults
 
     check_bind(args.host, args.api_key)  # before minutes of loading, not after
-    gateway = ProcessGateway(engine_settings(args)).start()
+    # Ctrl-C in the terminal reaches the whole process group: the engine child ignores it (the disposition
+    # is inherited) and stops when the server, having finished its shutdown, closes the gateway.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        gateway = ProcessGateway(engine_settings(args)).start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         print("Loading the model…", flush=True)
         info = gateway.wait_ready()

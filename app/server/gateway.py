@@ -99,7 +99,10 @@ class ProcessGateway:
 
     # -- lifetime --
     def start(self) -> "ProcessGateway":
+        """Start the engine child (here, so it inherits the caller's signal dispositions) and the pump,
+        which drives the process from then on."""
         if self._thread is None:
+            self.process.start()
             self._thread = threading.Thread(target=self._pump, name="ridgefill-gateway", daemon=True)
             self._thread.start()
         return self
@@ -149,7 +152,6 @@ class ProcessGateway:
 
     # -- the pump thread --
     def _pump(self) -> None:
-        self.process.start()
         try:
             while not self._stop.is_set():
                 self._run_commands()
