@@ -34,7 +34,7 @@ def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int |
                    cancel: Callable[[], bool] | None = None) -> list[TtftRow]:
     from ..ridgefill.setup import warm_up
 
-    warm_up(engine)  # RidgeFill's one-time set-up (layout probe, K/V weights) stays out of the timings
+    warm_up(engine, split)  # RidgeFill's one-time set-up (layout probe, weights, maps) stays out of the timings
     hay, cache = corpus_haystack(), {}
     # One short exact request first: the first decode of a context pays one-off set-up costs.
     complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=cache).request("off"),
