@@ -113,39 +113,44 @@ def _matmul(x: torch.Tensor, w: torch.Tensor, act: str, mins: torch.Tensor | Non
     return quantize_activations(x, act) @ w.T
 
 
-def load_layer_weights(model_path: str, layers: list[int]) -> tuple[dict[int, LayerWeights], float]:
-    """The K/V path weights of `layers` (float32 torch tensors) and the RMS-norm epsilon."""
+def open_weights(model_path: str):
+    """(the GGUF's tensors by name, its RMS-norm epsilon) for loading layer weights."""
     reader = open_reader(Path(model_path))
     arch = str(reader.fields["general.architecture"].contents())
     eps_field = reader.fields.get(f"{arch}.attention.layer_norm_rms_epsilon")
-    eps = float(eps_field.contents()) if eps_field is not None else 1e-6
-    wanted = {f"blk.{il}.{n}" for il in layers for n in
-              ("attn_norm.weight", "attn_k.weight", "attn_v.weight", "attn_k.bias", "attn_v.bias", "attn_k_norm.weight")}
-    tensors = {t.name: t for t in reader.tensors if t.name in wanted}
+    return {t.name: t for t in reader.tensors}, (float(eps_field.contents()) if eps_field is not None else 1e-6)
+
+
+def layer_tensor(tensors: dict, il: int, name: str, required: bool = True) -> torch.Tensor | None:
+    """blk.{il}.{name} dequantized to float32 (None when absent and not required)."""
+    t = tensors.get(f"blk.{il}.{name}")
+    if t is None:
+        if required:
+            raise RidgeFillError(f"the model file lacks blk.{il}.{name}; RidgeFill cannot use layer {il}")
+        return None
+    return torch.from_numpy(np.array(_dequant(t), dtype=np.float32))
+
+
+def matmul_weight(tensors: dict, il: int, name: str) -> tuple[torch.Tensor, str, torch.Tensor | None]:
+    """A projection's (weight, activation kind, Q4_1/Q5_1 block mins); with mins, the weight holds w - min."""
+    w = layer_tensor(tensors, il, name)  # raises when the file lacks it
+    mins = _block_mins(tensors[f"blk.{il}.{name}"])
+    if mins is not None:
+        w = w - mins.repeat_interleave(32, dim=1)
+    return w, _act_kind(tensors[f"blk.{il}.{name}"].tensor_type), mins
+
+
+def load_layer_weights(model_path: str, layers: list[int]) -> tuple[dict[int, LayerWeights], float]:
+    """The K/V path weights of `layers` (float32 torch tensors) and the RMS-norm epsilon."""
+    tensors, eps = open_weights(model_path)
     out = {}
-
-    def kind(il, name):
-        t = tensors.get(f"blk.{il}.{name}")
-        return _act_kind(t.tensor_type) if t is not None else "f32"
-
     for il in layers:
-        def get(name, required=True):
-            t = tensors.get(f"blk.{il}.{name}")
-            if t is None:
-                if required:
-                    raise RidgeFillError(f"the model file lacks blk.{il}.{name}; RidgeFill cannot write layer {il}")
-                return None
-            return torch.from_numpy(np.array(_dequant(t), dtype=np.float32))
-        lw = LayerWeights(get("attn_norm.weight").reshape(-1), get("attn_k.weight"), get("attn_v.weight"),
-                          get("attn_k.bias", False), get("attn_v.bias", False), get("attn_k_norm.weight", False),
-                          kind(il, "attn_k.weight"), kind(il, "attn_v.weight"))
-        lw.k_min = _block_mins(tensors[f"blk.{il}.attn_k.weight"])
-        lw.v_min = _block_mins(tensors[f"blk.{il}.attn_v.weight"])
-        if lw.k_min is not None:
-            lw.wk = lw.wk - lw.k_min.repeat_interleave(32, dim=1)
-        if lw.v_min is not None:
-            lw.wv = lw.wv - lw.v_min.repeat_interleave(32, dim=1)
-        out[il] = lw
+        wk, k_act, k_min = matmul_weight(tensors, il, "attn_k.weight")
+        wv, v_act, v_min = matmul_weight(tensors, il, "attn_v.weight")
+        out[il] = LayerWeights(layer_tensor(tensors, il, "attn_norm.weight").reshape(-1), wk, wv,
+                               layer_tensor(tensors, il, "attn_k.bias", False),
+                               layer_tensor(tensors, il, "attn_v.bias", False),
+                               layer_tensor(tensors, il, "attn_k_norm.weight", False), k_act, v_act, k_min, v_min)
     return out, eps
 
 

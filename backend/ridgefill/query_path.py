@@ -4,15 +4,11 @@ steps and activation rounding as kv_writer's K path, so scores compare with llam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 
-from ..errors import RidgeFillError
-from ..model_file import open_reader
 from .cache_layout import GraphLayout
-from .kv_writer import _act_kind, _block_mins, _dequant, _matmul, _rms, apply_rope
+from .kv_writer import _matmul, _rms, apply_rope, layer_tensor, matmul_weight, open_weights
 
 
 @dataclass
@@ -28,29 +24,13 @@ class QueryWeights:
 class QueryPath:
     def __init__(self, model_path: str, layout: GraphLayout, layers: list[int], n_head: int):
         self.layout, self.n_head = layout, n_head
-        reader = open_reader(Path(model_path))
-        arch = str(reader.fields["general.architecture"].contents())
-        eps_field = reader.fields.get(f"{arch}.attention.layer_norm_rms_epsilon")
-        self.eps = float(eps_field.contents()) if eps_field is not None else 1e-6
-        tensors = {t.name: t for t in reader.tensors}
+        tensors, self.eps = open_weights(model_path)
         self.weights: dict[int, QueryWeights] = {}
         for il in layers:
-            def get(name, required=True):
-                t = tensors.get(f"blk.{il}.{name}")
-                if t is None:
-                    if required:
-                        raise RidgeFillError(f"the model file lacks blk.{il}.{name}; guided mode cannot score")
-                    return None
-                return torch.from_numpy(np.array(_dequant(t), dtype=np.float32))
-
-            wq_t = tensors.get(f"blk.{il}.attn_q.weight")
-            wq = get("attn_q.weight")
-            q_min = _block_mins(wq_t)
-            if q_min is not None:
-                wq = wq - q_min.repeat_interleave(32, dim=1)
-            self.weights[il] = QueryWeights(get("attn_norm.weight").reshape(-1), wq, get("attn_q.bias", False),
-                                            get("attn_q_norm.weight", False), _act_kind(wq_t.tensor_type), q_min)
-
+            wq, act, q_min = matmul_weight(tensors, il, "attn_q.weight")
+            self.weights[il] = QueryWeights(layer_tensor(tensors, il, "attn_norm.weight").reshape(-1), wq,
+                                            layer_tensor(tensors, il, "attn_q.bias", False),
+                                            layer_tensor(tensors, il, "attn_q_norm.weight", False), act, q_min)
     def queries(self, il: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Q after RoPE, (n, n_head, head_dim) float32, for the layer input h (n, n_embd)."""
         w, ll = self.weights[il], self.layout.layers[il]
