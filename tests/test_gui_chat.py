@@ -8,6 +8,7 @@ pytest.importorskip("pytestqt")
 from app.conversations import Conversation, ConversationStore, Document, Message  # noqa: E402
 from backend.corpus import corpus_texts  # noqa: E402
 from backend.protocol import TokenEvent  # noqa: E402
+from backend.ridgefill.defaults import DEFAULT_MODE  # noqa: E402
 from tests.gui_helpers import make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
 
 
@@ -210,4 +211,4 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     assert (req.mode, req.split, req.tail) == ("off", None, None)  # the toggle is off in these tests
     c.toggle.setChecked(True)
     req = window.chat.build_request("q")
-    assert (req.mode, req.split, req.tail) == ("speed", 5, c.tail())
+    assert (req.mode, req.split, req.tail) == (DEFAULT_MODE, 5, c.tail())  # the mode box starts at the default
