@@ -11,6 +11,7 @@ from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
 from backend.ridgefill.capture import capture_streams
 from backend.completion import complete
+from backend.ridgefill.defaults import default_tail
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
 
@@ -144,7 +145,8 @@ def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approxi
     off_steps = step_logits(engine, prompt, off.tokens)
     plumb = complete(engine, CompletionRequest(prompt=text, max_tokens=6, mode="plumb", split=18))
     t = plumb.timings
-    assert (t.mode, t.split, t.tail) == ("plumb", 18, 512) and t.bulk_n == (plumb.prompt_tokens - 512) // 512 * 512
+    tail = default_tail(engine.info)  # no tail in the request: the model's default
+    assert (t.mode, t.split, t.tail) == ("plumb", 18, tail) and t.bulk_n == (plumb.prompt_tokens - tail) // 512 * 512
     assert engine.kv_exact is False
     plumb_steps = step_logits(engine, prompt, off.tokens)  # on plumb's cache: its approximated bulk stays
     rows, (second, first) = np.arange(len(off.tokens)), np.argsort(off_steps, axis=1)[:, -2:].T
