@@ -3,8 +3,9 @@
 Each row is a token and how its K/V were written: exactly (through every layer), or approximated by
 RidgeFill under a tag that names the split and maps that wrote it. Prefix reuse reads this record,
 like a llama.cpp server slot reads its cache tokens:
-- an exact request reuses rows up to the first approximated one (every row before it saw only exact
-  history);
+- an exact request reuses only the clean prefix: rows computed exactly while every row before them
+  was exact too (a row decoded exactly after an approximated one saw approximated history, and stays
+  unclean even when that earlier row is made exact later);
 - a RidgeFill request may also reuse rows approximated under its own tag (the same split and maps
   would write the same K/V again).
 Rows decoded again through every layer (quality, guided) are marked exact, so a follow-up question
@@ -20,6 +21,7 @@ class CachedRows:
         # per row: its cell in the cache of the lower layers, where known (-1 else). RidgeFill records
         # it for the rows it writes or makes exact; guided scoring reads their exact lower-layer keys there.
         self._cell: list[int] = []
+        self._n_clean = 0  # the leading rows exactly as the exact model would have written them
 
     # ---- reading ---------------------------------------------------------------------------------
     @property
@@ -32,10 +34,7 @@ class CachedRows:
 
     @property
     def all_exact(self) -> bool:
-        return all(h is None for h in self._how)
-
-    def tags(self) -> set[str]:
-        return {h for h in self._how if h is not None}
+        return self._n_clean == len(self._tokens)
 
     def with_cells(self, start: int = 0, end: int | None = None) -> list[int]:
         """Positions in [start, end) whose cell is known: rows RidgeFill wrote or made exact."""
@@ -59,10 +58,14 @@ class CachedRows:
             if cached != tok or (how is not None and how != accept_tag):
                 break
             n += 1
+        if accept_tag is None:
+            n = min(n, self._n_clean)
         return max(0, min(n, len(tokens) - 1))
 
     # ---- writing (the Engine calls these as it decodes and truncates) ----------------------------
     def append(self, tokens: list[int], tag: str | None = None) -> None:
+        if tag is None and self._n_clean == len(self._tokens):
+            self._n_clean += len(tokens)
         self._tokens.extend(tokens)
         self._how.extend([tag] * len(tokens))
         self._cell.extend([-1] * len(tokens))
@@ -74,11 +77,14 @@ class CachedRows:
 
     def mark_exact(self, start: int, end: int, cells=None) -> None:
         """Rows decoded again through every layer, into `cells` where known."""
-        for i, p in enumerate(range(max(0, start), min(end, len(self._how)))):
+        for p in range(max(0, start), min(end, len(self._how))):
             self._how[p] = None
             self._cell[p] = -1 if cells is None else int(cells[p - start])
+        if start <= self._n_clean and end == len(self._tokens):  # nothing after them saw the old rows
+            self._n_clean = max(self._n_clean, end)
 
     def truncate(self, n_keep: int) -> None:
         del self._tokens[max(0, n_keep):]
         del self._how[max(0, n_keep):]
         del self._cell[max(0, n_keep):]
+        self._n_clean = min(self._n_clean, len(self._tokens))
