@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .cache_layout import LayoutRefused
 from .capture import StreamTap
 from .selected_rows import Run, runs_of
 
@@ -26,7 +27,9 @@ from .selected_rows import Run, runs_of
 @dataclass(frozen=True)
 class GuidedParams:
     window: int = 32  # prompt rows whose attention scores the bulk
-    layers: tuple[float, ...] = (0.24,)  # scoring layers as shares of the model's depth (below the split)
+    # scoring layers as shares of the model's depth (kept below the split): 0.24 of SmolLM2's 30 is layer
+    # 7, which held the asked needle in 32 of 38 hit-rate items; layers 3, 5 and 9 alone in at most 10
+    layers: tuple[float, ...] = (0.24,)
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
@@ -69,8 +72,6 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     finally:
         engine.clear_spare_sequences()
     if tap.error or any(il not in tap.rows for il in layers):
-        from .cache_layout import LayoutRefused
-
         raise LayoutRefused(f"guided probe: {tap.error or 'a scoring layer stream was not seen'}")
     return tap.rows
 
