@@ -15,7 +15,8 @@ import os
 import struct
 from pathlib import Path
 
-from backend.model_file import ModelInfo, check_gguf, read_model_info
+from backend.errors import ModelFileError
+from backend.model_file import ModelInfo, check_gguf, info_from_fields, read_model_info
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -70,44 +71,12 @@ def _metadata(buf) -> dict:
     return out
 
 
-def _info(p: Path, fields: dict) -> ModelInfo:
-    arch = fields.get("general.architecture")
-    if not isinstance(arch, str):
-        raise _Unsupported("no architecture")
-
-    def need(key: str) -> int:
-        value = fields.get(f"{arch}.{key}")
-        if not isinstance(value, (int, float)):
-            raise _Unsupported(key)
-        return int(value)
-
-    n_head = need("attention.head_count")
-    head_kv = fields.get(f"{arch}.attention.head_count_kv")
-    if head_kv is not None and not isinstance(head_kv, (int, float)):
-        raise _Unsupported("attention.head_count_kv")
-    template = fields.get("tokenizer.chat_template")
-    file_type = fields.get("general.file_type")
-    return ModelInfo(
-        path=str(p),
-        architecture=arch,
-        name=str(fields.get("general.name", p.stem)),
-        n_layer=need("block_count"),
-        n_embd=need("embedding_length"),
-        n_head=n_head,
-        n_head_kv=int(head_kv) if head_kv is not None else n_head,
-        n_ctx_train=need("context_length"),
-        file_type=file_type if isinstance(file_type, int) else None,
-        size_bytes=p.stat().st_size,
-        chat_template=template if isinstance(template, str) else None,
-    )
-
-
 def read_model_header(path: str | os.PathLike) -> ModelInfo:
     """The ModelInfo of a GGUF file from its metadata; raises ModelFileError for a missing or non-GGUF file."""
     p = check_gguf(path)
     try:
         with p.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             fields = _metadata(buf)
-        return _info(p, fields)
-    except (_Unsupported, struct.error, ValueError, OSError):  # odd or damaged: the full reader says why
+        return info_from_fields(p, fields)
+    except (_Unsupported, ModelFileError, struct.error, ValueError, OSError):  # odd or damaged: the full reader says why
         return read_model_info(p)

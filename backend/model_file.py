@@ -70,18 +70,25 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     p = check_gguf(path)
     reader = open_reader(p)
     fields = {name: _field_value(f) for name, f in reader.fields.items()}
+    return info_from_fields(p, fields)
+
+
+def info_from_fields(p: Path, fields: dict) -> ModelInfo:
+    """The ModelInfo of the GGUF file `p` from its metadata key-value pairs."""
     arch = fields.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelFileError(f"{p.name} has no general.architecture; it is not a model llama.cpp can run.")
 
     def need(key: str) -> int:
         value = fields.get(f"{arch}.{key}")
-        if value is None:
+        if not isinstance(value, (int, float)):
             raise ModelFileError(f"{p.name} lacks {arch}.{key}; the file is incomplete or not a language model.")
         return int(value)
 
     n_head = need("attention.head_count")
     head_kv = fields.get(f"{arch}.attention.head_count_kv")
+    n_head_kv = need("attention.head_count_kv") if head_kv is not None else n_head
+    file_type, template = fields.get("general.file_type"), fields.get("tokenizer.chat_template")
     return ModelInfo(
         path=str(p),
         architecture=arch,
@@ -89,11 +96,11 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
         n_layer=need("block_count"),
         n_embd=need("embedding_length"),
         n_head=n_head,
-        n_head_kv=int(head_kv) if head_kv is not None else n_head,
+        n_head_kv=n_head_kv,
         n_ctx_train=need("context_length"),
-        file_type=fields.get("general.file_type"),
+        file_type=file_type if isinstance(file_type, int) else None,
         size_bytes=p.stat().st_size,
-        chat_template=fields.get("tokenizer.chat_template"),
+        chat_template=template if isinstance(template, str) else None,
     )
 
 
