@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import Cancelled
-from ..ridgefill.guided import GuidedParams, attention_scores, pooled, probe_streams, select, sentence_ends
+from ..ridgefill.guided import GuidedParams, combined, layer_scores, probe_streams, select, sentence_ends
 from ..ridgefill.injection import bulk_pass, one_torch_thread
 from ..ridgefill.plan import RidgeFillPlan
 from ..ridgefill.setup import ridgefill_setup
@@ -58,25 +58,6 @@ def needed_rows(engine, tokens: list[int], item: NeedleItem) -> list[int]:
     return rows
 
 
-def _layer_scores(engine, setup, tokens, candidates, streams, window, head: str, norm: str) -> dict[int, torch.Tensor]:
-    pos = torch.arange(len(tokens) - window, len(tokens))
-    cells = np.asarray(engine.cache.cells(candidates))
-    qpath = setup.query_path(sorted(streams))
-    out = {}
-    for il, h in streams.items():
-        ll = setup.layout.layers[il]
-        q = qpath.queries(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)
-        k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
-        own = None
-        if norm == "bulk+window":
-            own = setup.writer.compute(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)[0]
-            own = own.view(window, ll.n_head_kv, ll.head_dim_k)
-        s = attention_scores(q, k, ll.head_dim_k, own, heads=head)
-        s[0] = 0.0  # the attention sink
-        out[il] = s
-    return out
-
-
 def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> dict:
     tokens = engine.prompt_tokens(item.request())
     bulk_end = len(tokens) - tail
@@ -100,11 +81,12 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
                 ablation = (head, norm) != grid.variants[0]
                 if ablation and w != 32:
                     continue
-                per_layer = _layer_scores(engine, setup, tokens, candidates, streams, w, head, norm)
+                per_layer = layer_scores(engine, setup, tokens, candidates, streams, heads=head,
+                                         with_window=norm == "bulk+window")
                 for ls, pool in itertools.product(grid.layer_sets, grid.pools):
                     if max(ls) >= split or (ablation and ls != (7,)):
                         continue
-                    score = sum(pooled(per_layer[il], pool) / pooled(per_layer[il], pool).max() for il in ls) / len(ls)
+                    score = combined(per_layer, ls, pool)
                     order = torch.argsort(score, descending=True)
                     rank_of = torch.empty_like(order)
                     rank_of[order] = torch.arange(len(order))

@@ -103,25 +103,38 @@ def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
                                           count_include_pad=False)[0, 0][: scores.shape[0]]
 
 
-def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
-               params: GuidedParams) -> torch.Tensor:
-    """One score per candidate row (bulk positions with a known cell, in order): each layer's pooled
-    attention scaled to a maximum of 1, averaged over the scoring layers."""
-    pos = torch.arange(len(tokens) - params.window, len(tokens))
+def layer_scores(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+                 *, heads: str = "max", with_window: bool = True) -> dict[int, torch.Tensor]:
+    """Per scoring layer, the attention each candidate row (bulk positions with a known cell, in order)
+    gets from the window's queries (attention_scores), before pooling."""
+    window = len(next(iter(streams.values())))
+    pos = torch.arange(len(tokens) - window, len(tokens))
     cells = np.asarray(engine.cache.cells(candidates))
-    total = torch.zeros(len(candidates))
     qpath = setup.query_path(sorted(streams))
+    out = {}
     for il, h in streams.items():
         ll = setup.layout.layers[il]
-        q = qpath.queries(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)
+        h = torch.from_numpy(np.asarray(h, dtype=np.float32))
+        q = qpath.queries(il, h, pos)
         k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
-        own = setup.writer.compute(il, torch.from_numpy(np.asarray(h, dtype=np.float32)), pos)[0]
-        s = attention_scores(q, k, ll.head_dim_k, own.view(len(pos), ll.n_head_kv, ll.head_dim_k))
+        own = setup.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
+        s = attention_scores(q, k, ll.head_dim_k, own, heads=heads)
         if candidates[0] == 0:
             s[0] = 0.0  # the first row is an attention sink, whatever the question
-        s = pooled(s, params.pool)
-        total += s / s.max().clamp_min(1e-12)
-    return total / len(streams)
+        out[il] = s
+    return out
+
+
+def combined(per_layer: dict[int, torch.Tensor], layers, pool: int) -> torch.Tensor:
+    """Each layer's pooled scores scaled to a maximum of 1, averaged over `layers`."""
+    total = sum(pooled(per_layer[il], pool) / pooled(per_layer[il], pool).max().clamp_min(1e-12) for il in layers)
+    return total / len(layers)
+
+
+def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+               params: GuidedParams) -> torch.Tensor:
+    """One score per candidate row, combined over the scoring layers."""
+    return combined(layer_scores(engine, setup, tokens, candidates, streams), list(streams), params.pool)
 
 
 def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
