@@ -9,7 +9,8 @@ The model id is the catalogue id (catalogue.json), e.g. ridgefill/ridgefill-maps
 A download lands in <cache>/maps/<name find_maps prefers>/ only after every file matched the hub's size and
 sha256 and `check_maps(folder, model_path)` (backend/ridgefill/maps.py) said "verified" or "warning";
 a folder that does not match the model is refused with the reason and the model runs exact.
-A set that is not published raises MapsNotPublished, which tells the user to fit one locally.
+A set that is not published raises MapsNotPublished, which tells the user to fit one locally;
+backend/hub/get_maps.py (Get maps) catches it and fits the set here.
 """
 from __future__ import annotations
 
@@ -88,8 +89,8 @@ def local_map_sets(model_path: Path, settings: HubSettings) -> dict[int, "object
         if not Path(d).is_dir():
             continue
         for sub in sorted(Path(d).iterdir()):
-            if not (sub / MANIFEST_NAME).is_file():
-                continue
+            if sub.name.startswith(".") or not (sub / MANIFEST_NAME).is_file():
+                continue  # a hidden folder is a set being written (or left by a killed writer): never used
             verdict = check_folder(sub, model_path)
             if verdict.status in ("verified", "warning") and verdict.split is not None:
                 found.setdefault(verdict.split, verdict)
@@ -197,29 +198,6 @@ def _fetch_set(staging: Path, final: Path, repo_id: str, commit: str, folder: st
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
     return final
-
-
-def obtain_maps(entry: ModelEntry, split: int, model_path: Path, settings: HubSettings,
-                job: DownloadJob | None = None, fit_if_missing: bool = True,
-                on_fit_progress=None, cancel=None) -> tuple[Path, str]:
-    """The one-click path: a verified map folder for (model, split), however it can be had.
-
-    Returns (folder, how) with how "cached" | "downloaded" | "fitted". When the hub has no such set
-    (the download job ends failed with that reason) and `fit_if_missing`, the set is fitted locally
-    with backend/ridgefill/fitting.py into the same user cache, reporting on_fit_progress(stage, done,
-    total) and honouring cancel(). Offline, fitting is the only way, and it needs no network.
-    """
-    job = job or DownloadJob(f"maps {entry.id}")
-    try:
-        folder = download_maps(entry, split, model_path, settings, job)
-        return folder, ("cached" if job.history == [State.QUEUED, State.READY] else "downloaded")
-    except (MapsNotPublished, NotCachedOffline):
-        if not fit_if_missing:
-            raise
-    from backend.ridgefill.fitting import fit_map_set
-
-    folder = fit_map_set(model_path, split, out_dir=settings.maps_dir, on_progress=on_fit_progress, cancel=cancel)
-    return Path(folder), "fitted"
 
 
 # --- publishing -------------------------------------------------------------------------------

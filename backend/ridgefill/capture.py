@@ -68,12 +68,14 @@ def capture_streams(
     on_progress: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     dtype=np.float16,
+    counter0: int = 0,
 ) -> dict[int, np.ndarray]:
     """For each layer il in `layers`, the stream entering il (il=0: the input embedding) of the
     exact model, float16 (or `dtype`), shape (rows, n_embd), the same rows for every layer.
 
     Rows are kept where a running row counter over all sequences (in order) is a multiple of
-    `stride`, so short sequences do not all contribute their first (BOS) row. Each sequence starts
+    `stride`, so short sequences do not all contribute their first (BOS) row; the counter starts at
+    `counter0` (a capture done sequence by sequence passes the rows before each one). Each sequence starts
     from an empty cache; the cache is left empty. Raises Cancelled between chunks."""
     problem = ggml_graph.layout_problem()
     if problem:
@@ -93,7 +95,7 @@ def capture_streams(
     total = sum(len(s) for s in token_seqs)
     out: dict[int, list[np.ndarray]] = {il: [] for il in layers}
     done = 0
-    counter = 0
+    counter = counter0
     try:
         for seq in token_seqs:
             engine.truncate_cache(0)

@@ -85,39 +85,44 @@ def write_map_folder(
     folder.parent.mkdir(parents=True, exist_ok=True)
     layers = sorted(weights)
     d_out, d_in = weights[layers[0]].shape
+    # The staging folder is hidden (a leading dot) and never ends in -sNN, so no look-up takes it for a set.
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    files: dict[str, str] = {}
-    for l in layers:
-        wn, bn, sn = tensor_names(l)
-        w = weights[l].detach().float().cpu()
-        tensors = {bn: biases[l].detach().float().cpu().half().contiguous()}
-        if map_dtype == "int8":
-            tensors[wn], tensors[sn] = quantize_int8(w)
-        else:
-            tensors[wn] = w.half().contiguous()
-        name = layer_file(l)
-        save_file(tensors, str(tmp / name), metadata={"split": str(split), "layer": str(l)})
-        files[name] = sha256_file(tmp / name)
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "credit": CREDIT,
-        "architecture": fingerprint.get("architecture"),
-        "model_name": fingerprint.get("name"),
-        "split": split,
-        "n_layer": n_layer,
-        "d_in": int(d_in),
-        "d_out": int(d_out),
-        "map_dtype": map_dtype,
-        "int8_block": INT8_BLOCK,
-        "layers": layers,
-        "lambda": {str(l): float(lambdas[l]) for l in layers},
-        "heldout_cosine": {str(l): float(heldout_cosine[l]) for l in layers},
-        "calibration": calibration,
-        "fingerprint": fingerprint,
-        "files": files,
-    }
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    try:
+        files: dict[str, str] = {}
+        for l in layers:
+            wn, bn, sn = tensor_names(l)
+            w = weights[l].detach().float().cpu()
+            tensors = {bn: biases[l].detach().float().cpu().half().contiguous()}
+            if map_dtype == "int8":
+                tensors[wn], tensors[sn] = quantize_int8(w)
+            else:
+                tensors[wn] = w.half().contiguous()
+            name = layer_file(l)
+            save_file(tensors, str(tmp / name), metadata={"split": str(split), "layer": str(l)})
+            files[name] = sha256_file(tmp / name)
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "credit": CREDIT,
+            "architecture": fingerprint.get("architecture"),
+            "model_name": fingerprint.get("name"),
+            "split": split,
+            "n_layer": n_layer,
+            "d_in": int(d_in),
+            "d_out": int(d_out),
+            "map_dtype": map_dtype,
+            "int8_block": INT8_BLOCK,
+            "layers": layers,
+            "lambda": {str(l): float(lambdas[l]) for l in layers},
+            "heldout_cosine": {str(l): float(heldout_cosine[l]) for l in layers},
+            "calibration": calibration,
+            "fingerprint": fingerprint,
+            "files": files,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    except BaseException:  # a failed or interrupted write leaves nothing behind
+        _rmtree(tmp)
+        raise
     if folder.exists():  # replace an older fit of the same (model, split)
         old = folder.with_name(f".{folder.name}.old")
         _rmtree(old)
