@@ -33,6 +33,31 @@ def stderr_progress(label: str = "prefill"):
     return sink
 
 
+def stage_printer():
+    """on_progress(stage, done, total) for capture/fit/tune: done/total, rate and time left on stderr
+    (one redrawn line on a terminal; otherwise a line per stage change and about every 10%)."""
+    from backend.eta import Eta
+
+    eta = Eta()
+    tty = sys.stderr is not None and sys.stderr.isatty()
+    last = {"stage": None, "tenth": -1}
+
+    def on_progress(stage: str, done: int, total: int) -> None:
+        eta.update(stage, done, total)
+        tenth = int(10 * done / total) if total else 0
+        if tty:
+            print(f"\r{eta.line()}   ", end="\n" if done >= total else "", file=sys.stderr, flush=True)
+        elif stage != last["stage"] or tenth != last["tenth"]:
+            print(eta.line(), file=sys.stderr, flush=True)
+        last.update(stage=stage, tenth=tenth)
+
+    return on_progress
+
+
+def say_note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def format_timings(t: Timings) -> str:
     rows = [
         ("mode", t.mode + (f"  (split {t.split}, tail {t.tail}, bulk rows {t.bulk_n}"

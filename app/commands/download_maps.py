@@ -21,7 +21,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.hub.maps_hub import obtain_maps
+    from app.commands.common import say_note, stage_printer
+    from backend.hub.get_maps import get_maps
+    from backend.hub.maps_hub import download_maps
     from backend.model_file import read_model_info
     from backend.ridgefill.defaults import default_split
 
@@ -30,15 +32,17 @@ def run(args) -> int:
         raise HubError(f"{entry.id} is not installed; maps are checked against the model. "
                        f"Run `python -m app download {entry.id}` first.")
     split = args.split if args.split is not None else default_split(read_model_info(path))
-    job = DownloadJob(f"maps {entry.id} split {split}", on_event=progress_printer(f"maps {entry.id}"))
-    folder, how = obtain_maps(entry, split, path, settings, job, fit_if_missing=args.fit_if_missing,
-                              on_fit_progress=_fit_progress)
-    if how == "fitted":
-        print(f"maps {entry.id}: fitted locally (no published set)", file=sys.stderr)
-    print(folder)
+    printer = progress_printer(f"maps {entry.id}")
+    if not args.fit_if_missing:  # the published set or a clear refusal that says how to fit one
+        job = DownloadJob(f"maps {entry.id} split {split}", on_event=printer)
+        folder = download_maps(entry, split, path, settings, job)
+        print(folder)
+        return 0
+    # Get maps: cached, else published (downloaded, verified), else fitted here (backend/hub/get_maps.py)
+    res = get_maps(path, split, settings, on_progress=stage_printer(), on_note=say_note, on_download=printer)
+    print(f"maps {entry.id}: {res.how}" + (" locally (no published set)" if res.how == "fitted" else ""),
+          file=sys.stderr)
+    for w in res.warnings:
+        print(f"maps {entry.id}: warning: {w}", file=sys.stderr)
+    print(res.folder)
     return 0
-
-
-def _fit_progress(stage: str, done: int, total: int) -> None:
-    if sys.stderr is not None and sys.stderr.isatty():
-        print(f"\r  fit maps: {stage} {done}/{total}", end="" if done < total else "\n", file=sys.stderr)

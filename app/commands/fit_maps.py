@@ -1,7 +1,9 @@
 """`python -m app fit-maps [--split S] [--all-splits]`: fit RidgeFill maps into the user cache.
 
-The first run captures calibration activations (the shipped corpus and chat copies, a few minutes);
-later runs refit any split from that cache in seconds. Progress goes to stderr, the result to stdout.
+The first run captures calibration activations (the shipped corpus and chat copies, a few minutes;
+an interrupted capture resumes); later runs refit any split from that cache in seconds. It goes through
+the same Get maps path as the GUI (backend/hub/get_maps.py), told to fit. Progress (with the time left)
+goes to stderr, the result to stdout.
 """
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ def register(sub) -> None:
     p = sub.add_parser("fit-maps", help="fit RidgeFill maps for a split (captures calibration activations once)")
     p.add_argument("--split", type=int, default=None, help="split S (default: the model's default split)")
     p.add_argument("--all-splits", action="store_true", help="fit every split 1..L-2")
-    p.add_argument("--stride", type=int, default=None, help="keep every N-th row when capturing (default 8)")
+    p.add_argument("--stride", type=int, default=None, help="keep every N-th row when capturing (default 4)")
     p.add_argument("--seq-tokens", type=int, default=None,
                    help="cut each calibration text to this many tokens when capturing (default 1024)")
+    p.add_argument("--capture-tokens", type=int, default=None,
+                   help="capture at most this many calibration tokens (default: the whole corpus, ~28K)")
     p.add_argument("--recapture", action="store_true", help="capture the calibration activations again")
     p.add_argument("--int8", action="store_true", help="store int8 maps (per-128-column scales), half the size")
     p.add_argument("--out", default=None, help="folder for the map set (default: the user cache's maps/)")
@@ -27,27 +31,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _progress():
-    state = {"stage": None, "t0": 0.0, "done0": 0}
-
-    def on_progress(stage: str, done: int, total: int) -> None:
-        if stage != state["stage"]:  # the rate counts from the first report of a stage
-            state.update(stage=stage, t0=time.perf_counter(), done0=done)
-        secs = time.perf_counter() - state["t0"]
-        unit = "tokens" if stage == "capture" else "layers"
-        rate = f"  {(done - state['done0']) / secs:,.0f} tok/s" if stage == "capture" and secs > 0 else ""
-        print(f"\r{stage}: {done:,}/{total:,} {unit}{rate}   ", end="", file=sys.stderr, flush=True)
-        if done == total:
-            print(file=sys.stderr)
-
-    return on_progress
-
-
 def run(args) -> int:
+    from app.commands.common import say_note, stage_printer
+    from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.model_file import read_model_info
     from backend.ridgefill import calibration
     from backend.ridgefill.defaults import default_split
-    from backend.ridgefill.fitting import fit_map_set
     from backend.ridgefill.maps import load_maps
 
     path = model_path(args)
@@ -61,33 +50,22 @@ def run(args) -> int:
         print(f"error: a split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}",
               file=sys.stderr)
         return 2
-    progress = _progress()
-
-    if args.recapture or calibration.load_activations(path) is None:
-        from backend.engine import Engine, EngineConfig
-
-        seq_tokens = args.seq_tokens or calibration.MAX_SEQ_TOKENS
-        cfg = EngineConfig(path, n_ctx=max(calibration.CAPTURE_CTX, seq_tokens + 8))
-        if args.threads:
-            cfg.n_threads = args.threads
-        engine = Engine(cfg)
-        try:
-            calibration.capture_activations(
-                engine, stride=args.stride or calibration.DEFAULT_STRIDE, on_progress=progress,
-                seq_tokens=seq_tokens,
-            )
-        finally:
-            engine.close()
-    elif args.stride or args.seq_tokens:
-        print("note: activations are cached; --stride/--seq-tokens apply with --recapture", file=sys.stderr)
-
-    for split in splits:
+    if (args.stride or args.seq_tokens or args.capture_tokens) and not args.recapture \
+            and calibration.load_activations(path) is not None:
+        print("note: activations are cached; --stride/--seq-tokens/--capture-tokens apply with --recapture",
+              file=sys.stderr)
+    capture = CaptureOptions(max_tokens=args.capture_tokens, seq_tokens=args.seq_tokens, stride=args.stride,
+                             recapture=args.recapture, threads=args.threads)
+    progress = stage_printer()
+    for i, split in enumerate(splits):
         t0 = time.perf_counter()
-        folder = fit_map_set(path, split, out_dir=args.out, on_progress=progress,
-                             map_dtype="int8" if args.int8 else "float16")
+        # The one Get maps path, told to fit (never download) and to refit a set that exists.
+        res = get_maps(path, split, download=False, refit=True, out_dir=args.out,
+                       map_dtype="int8" if args.int8 else "float16",
+                       capture=capture if i == 0 else CaptureOptions(), on_progress=progress, on_note=say_note)
         refit_s = time.perf_counter() - t0
-        maps = load_maps(folder, path)  # what was written must verify
-        _report(maps, folder, refit_s, args.json)
+        maps = load_maps(res.folder, path)  # what was written must verify
+        _report(maps, Path(res.folder), refit_s, args.json)
     return 0
 
 
