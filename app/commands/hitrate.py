@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from app.commands.common import open_engine
-from app.commands.evals_common import float_list, int_list, say, str_list
+from app.commands.evals_common import add_split_tail, float_list, int_list, say, split_tail, str_list
 from backend.evals.haystacks import load_haystack
 from backend.evals.needles import VARIANTS, make_items
 from backend.evals.selection import run_hit_rate, summarise
@@ -19,8 +19,7 @@ def register(sub) -> None:
     p.add_argument("--depths", type=float_list, default=[0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9])
     p.add_argument("--variants", type=str_list, default=list(VARIANTS))
     p.add_argument("--haystacks", type=str_list, default=["corpus", "filler", "ledger"])
-    p.add_argument("--split", type=int, default=12, help="layers below it are exact and may score (default 12)")
-    p.add_argument("--tail", type=int, default=512)
+    add_split_tail(p)  # the scoring layers must lie below the split
     p.add_argument("--top", type=int, default=25, help="configurations to print, best first")
     p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")
     p.add_argument("--json", action="store_true")
@@ -29,16 +28,17 @@ def register(sub) -> None:
 
 def run(args) -> int:
     engine = open_engine(args)
+    split, tail = split_tail(args, engine.info)
     items = [it for h in args.haystacks
              for it in make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
                                   haystack=load_haystack(h))]
     items.sort(key=lambda it: (it.length, it.depth, it.variant))  # every haystack early in a long run
-    say(f"{len(items)} items on {engine.info.name}; split {args.split}, tail {args.tail}; results -> {args.out}")
+    say(f"{len(items)} items on {engine.info.name}; split {split}, tail {tail}; results -> {args.out}")
 
     def progress(i, n, rec):
         say(f"[{i}/{n}] {rec['id']}: " + ("bulk" if rec.get("bulk") else "not in the bulk, skipped"))
 
-    rows = summarise(run_hit_rate(engine, items, args.split, args.tail, args.out, on_item=progress))
+    rows = summarise(run_hit_rate(engine, items, split, tail, args.out, on_item=progress))
     if args.json:
         print(json.dumps([{"config": k, "hits": h, "n": n, "per_haystack": per, "mean_rows": m}
                           for k, h, n, per, m in rows]))
