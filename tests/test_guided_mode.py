@@ -109,3 +109,27 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine):
     code = set(range(gate_at + len(gate) - 9, gate_at + len(gate) - 2))  # "1122334." after the key
     assert code & set(engine.cache.approximated()) == set()  # the asked value's rows are exact now
     assert code & newly  # and the follow-up made them so
+
+
+def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_path, monkeypatch):
+    from backend.evals import selection
+    from backend.evals.haystacks import corpus_haystack
+    from backend.evals.needles import build_item
+
+    hay = corpus_haystack()
+    bulk_item = build_item(engine, length=1536, depth=0.3, variant="single", haystack=hay)
+    tail_item = build_item(engine, length=1536, depth=0.95, variant="single", haystack=hay)
+    grid = selection.Grid(windows=(32,), layer_sets=((7,), (2,)), variants=(("max", "bulk+window"),),
+                          pools=(5,), forwards=("sentence",), peaks=(6,))
+    out = tmp_path / "hits.jsonl"
+    recs = selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid)
+    assert [r["bulk"] for r in recs] == [True, False]  # a needle in the exact tail is not scored
+    hits = recs[0]["hits"]
+    # layer 7 holds SmolLM2's retrieval heads (the README's hit-rate table); layer 2's ranking is poor
+    assert hits["W32|L7|max|bulk+window|p5|fsentence|k6"]["hit"]
+    assert 0 < hits["W32|L7|max|bulk+window|p5|fsentence|k6"]["rows"] <= GuidedParams().budget
+    assert recs[0]["best_rank"]["W32|L7|max|bulk+window|p5|f-|k0"] < recs[0]["best_rank"]["W32|L2|max|bulk+window|p5|f-|k0"]
+    assert engine.cache.approximated() == [] and others_empty(engine)
+    # a second run reads the file instead of measuring again
+    monkeypatch.setattr(selection, "item_hits", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-ran")))
+    assert selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid) == recs
