@@ -4,7 +4,8 @@ kept at a stride and stored in the user cache, so a map set for any split refits
 
 Cache folder: `<user cache>/activations/<fingerprint key>/`. Only safetensors and JSON are written and read.
 - `parts/seq-<i>-<key>.safetensors`, one per calibration sequence (`h.<il>` float16 (rows, d) per layer,
-  `doc` and `pos` int32 per row), each written to a temporary name and renamed when whole;
+  with `scale.<il>` when the rows were divided by a power of two to fit float16's range; `doc` and `pos`
+  int32 per row), each written to a temporary name and renamed when whole;
 - `progress.json`, the plan (sequences, tokens, stride, the bytes it needs) and the parts done so far,
   rewritten after every part: a cancelled or killed capture continues at the first missing part;
 - `calibration.json`, written last (the fingerprint and the facts: tokens, rows, stride, sequences,
@@ -123,8 +124,11 @@ class Activations:
         parts = []
         for path in self.files:
             with safe_open(str(path), framework="pt") as f:
-                parts.append(f.get_tensor(f"h.{il}"))
-        return (parts[0] if len(parts) == 1 else torch.cat(parts)).float()
+                h = f.get_tensor(f"h.{il}").float()
+                if f"scale.{il}" in f.keys():  # a part stored scaled down to fit float16
+                    h *= f.get_tensor(f"scale.{il}").float()
+                parts.append(h)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def cache_folder(model_path) -> Path:
@@ -210,6 +214,16 @@ def _part_key(tokens: list[int], counter0: int, stride: int, layers: list[int]) 
 
 def _kept(n: int, counter0: int, stride: int) -> np.ndarray:
     return np.nonzero((counter0 + np.arange(n)) % stride == 0)[0]
+
+
+def _half(x: np.ndarray, il: int) -> tuple[np.ndarray, float]:
+    """float16 rows and the power-of-two scale they were divided by to fit its range: gemma3's residual
+    stream holds values past float16's 65,504 in a few dimensions, which would become inf."""
+    peak = float(np.abs(x).max()) if x.size else 0.0
+    if not np.isfinite(peak):
+        raise RidgeFillError(f"capture: the stream entering layer {il} holds inf or NaN; this model cannot be calibrated.")
+    scale = float(2.0 ** np.ceil(np.log2(peak / 32768.0))) if peak > 32768.0 else 1.0
+    return np.ascontiguousarray(x / scale if scale != 1.0 else x, dtype=np.float16), scale
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
@@ -311,13 +325,17 @@ def capture_activations(
             continue
         t_part = time.perf_counter()
         streams = capture_streams(
-            engine, [toks], layers, stride=stride, counter0=p["counter0"], cancel=cancel,
+            engine, [toks], layers, stride=stride, counter0=p["counter0"], cancel=cancel, dtype=np.float32,
             on_progress=(lambda d, t, base=base: on_progress("capture", base + d, total)) if on_progress else None,
         )
         keep = _kept(len(toks), p["counter0"], stride)
         if streams[layers[0]].shape[0] != len(keep):
             raise RuntimeError(f"capture returned {streams[layers[0]].shape[0]} rows, expected {len(keep)}")
-        tensors = {f"h.{il}": np.ascontiguousarray(streams[il], dtype=np.float16) for il in layers}
+        tensors = {}
+        for il in layers:
+            tensors[f"h.{il}"], scale = _half(streams[il], il)
+            if scale != 1.0:
+                tensors[f"scale.{il}"] = np.array([scale], np.float32)
         tensors["doc"] = np.full(len(keep), p["doc"], np.int32)
         tensors["pos"] = keep.astype(np.int32)
         tmp = parts_dir / f".{p['file']}.tmp"
