@@ -9,6 +9,8 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 down to 12: bulk-needle recall 16/24 against exact's 13/24 on the prose corpus at 2K and 4K tokens
 (McNemar p = 0.375; README: RidgeFill defaults). Gemma 3 runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
+A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
+the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
@@ -37,11 +39,25 @@ MEASURED_SPLITS = {
 }
 
 
-def default_split(info) -> int:
+def default_split(info, tuned: bool = True) -> int:
+    """The split RidgeFill uses unless told: the tuned one (when `tuned` and this model was tuned), else
+    the measured table, else two thirds of the layers."""
+    if tuned:
+        from .tuned import read_tuned
+
+        rec = read_tuned(info)
+        if rec is not None:
+            return int(rec["split"])
     key = (info.architecture, info.n_layer, info.n_embd)
     if key in MEASURED_SPLITS:
         return MEASURED_SPLITS[key]
     return max(1, min(info.n_layer - 1, math.ceil(2 * info.n_layer / 3)))
+
+
+def default_mode(info) -> str:
+    """The mode RidgeFill runs for this model: guided, except on models with sliding-window layers
+    (gemma3), where guided runs as speed anyway (backend/ridgefill/plan.py), so speed is what is meant."""
+    return "speed" if info.architecture == "gemma3" else DEFAULT_MODE
 
 
 def default_tail(info) -> int:

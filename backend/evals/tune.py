@@ -1,0 +1,245 @@
+"""Tune: the split chosen by measurement for one model, recorded beside its maps.
+
+From one capture (Get maps fits every candidate's maps from the same cached activations in seconds),
+for each candidate split S in ascending order:
+- bulk-needle recall: needle items built from the shipped prose corpus (backend/evals/needles.py), only
+  those whose asked needle lies in the approximated bulk, run exact once and then at S in the model's
+  default mode (guided; speed on gemma3) with the same items (backend/evals/recall.py);
+- the TTFT ratio, exact / RidgeFill, on one prompt at `ttft_length` tokens (one run each, the exact
+  one shared by every candidate: a ratio to read to one decimal).
+**Keeps recall** (the decision rule): `bulk_correct >= exact_correct - tolerance(n)`, with
+tolerance(n) = 1 + n // 24 items (one item on the default 12: a single flip is within what one item
+per cell can tell apart, McNemar p = 1.0 for one discordant pair). The rule only decides when exact
+itself recalls at least half the items; otherwise the items say nothing about the maps and the split
+stays the model's default. The lowest candidate that keeps recall is chosen and the search stops there
+(higher splits approximate fewer layers); none keeping recall keeps the default too, and says so.
+The budget bounds the measuring time: a candidate is not started when the time spent plus its
+estimate (the exact items' time plus the TTFT pair) would pass it.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..completion import complete
+from ..errors import Cancelled, RidgeFillError
+from .haystacks import corpus_haystack
+from .needles import build_item, make_items
+from .recall import effective_tail, run_recall
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LENGTH = 2048  # needle items: every candidate's bulk (>= 1,024 rows) holds the needles
+DEFAULT_TTFT_LENGTH = 4096
+DEFAULT_DEPTHS = (0.05, 0.2, 0.35, 0.5, 0.6, 0.7)
+DEFAULT_VARIANTS = ("single", "multikey")  # 6 depths x 2 variants = 12 items
+DEFAULT_BUDGET_S = 600.0
+SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
+RULE = ("keeps recall: bulk_correct >= exact_correct - (1 + n // 24), decided only when exact recalls at "
+        "least half the items; the lowest candidate that keeps recall is chosen")
+
+
+def tolerance(n: int) -> int:
+    return 1 + n // 24
+
+
+def informative(exact_correct: int, n: int) -> bool:
+    """Whether exact recalls enough of the items for them to judge the maps (at least half)."""
+    return n > 0 and 2 * exact_correct >= n
+
+
+def keeps_recall(bulk_correct: int, exact_correct: int, n: int) -> bool:
+    return informative(exact_correct, n) and bulk_correct >= exact_correct - tolerance(n)
+
+
+def candidate_splits(n_layer: int, default: int) -> list[int]:
+    out = {max(1, min(n_layer - 2, round(n_layer * f))) for f in SPLIT_SHARES}
+    out.add(max(1, min(n_layer - 2, default)))
+    return sorted(out)
+
+
+@dataclass
+class Candidate:
+    split: int
+    bulk_correct: int
+    exact_correct: int
+    n: int
+    ratio: float | None  # exact TTFT / RidgeFill TTFT at ttft_length
+    keeps: bool
+    ttft_ms: float | None = None
+    mode_run: str = ""
+    note: str = ""
+    maps: str = ""  # how the maps were had: cached | downloaded | fitted
+    seconds: float = 0.0
+
+    def brief(self) -> dict:
+        return {"split": self.split, "bulk_correct": self.bulk_correct, "exact_correct": self.exact_correct,
+                "n": self.n, "ratio": self.ratio}
+
+
+@dataclass
+class TuneResult:
+    model: str
+    split: int
+    tail: int
+    mode: str
+    candidates: list[Candidate]
+    chosen_by: str
+    n: int
+    exact_correct: int
+    length: int
+    ttft_length: int
+    exact_ttft_ms: float | None
+    seconds: float
+    budget_s: float
+    skipped: list[int] = field(default_factory=list)  # candidates left out by the budget
+    record_path: str | None = None
+
+    def brief(self) -> dict:
+        """What `tune --json` prints."""
+        return {"model": self.model, "split": self.split, "tail": self.tail, "mode": self.mode,
+                "candidates": [c.brief() for c in self.candidates]}
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d.pop("record_path", None)
+        d["rule"] = RULE
+        d["created_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return d
+
+
+def choose(candidates: list[Candidate], default: int, exact_correct: int, n: int) -> tuple[int, str]:
+    """(split, why): the lowest candidate that keeps recall, else the model's default."""
+    if not informative(exact_correct, n):
+        return default, (f"exact recalled only {exact_correct}/{n} items, too few to judge the maps: "
+                         f"the default split {default} stays")
+    keep = [c for c in candidates if c.keeps]
+    if keep:
+        best = min(keep, key=lambda c: c.split)
+        return best.split, f"the lowest split that keeps recall ({best.bulk_correct}/{n}, exact {exact_correct}/{n})"
+    return default, f"no candidate measured kept recall: the default split {default} stays"
+
+
+def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAULT_BUDGET_S,
+             length: int = DEFAULT_LENGTH, ttft_length: int = DEFAULT_TTFT_LENGTH,
+             depths=DEFAULT_DEPTHS, variants=DEFAULT_VARIANTS, mode: str | None = None, tail: int | None = None,
+             capture=None, settings=None, record: bool = True,
+             on_progress: Callable[[str, int, int], None] | None = None,
+             on_note: Callable[[str], None] | None = None,
+             cancel: Callable[[], bool] | None = None) -> TuneResult:
+    """Measure the candidates on `engine` and record the choice (see the module doc).
+
+    `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
+    `settings` (HubSettings) says where the maps go. Raises Cancelled between items."""
+    from ..hub.get_maps import get_maps
+    from ..ridgefill import defaults, tuned
+    from ..ridgefill.setup import warm_up
+
+    t_start = time.perf_counter()
+    info = engine.info
+    default = defaults.default_split(info, tuned=False)
+    mode = mode or defaults.default_mode(info)
+    tail = tail or defaults.default_tail(info)
+    splits = sorted(set(splits)) if splits else candidate_splits(info.n_layer, default)
+    bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
+    if bad:
+        raise RidgeFillError(f"A split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}.")
+    ttft_length = min(ttft_length, engine.n_ctx - 32)
+    length = min(length, engine.n_ctx - 64)
+    note = on_note or (lambda text: log.info("tune: %s", text))
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress(stage, done, total)
+
+    hay = corpus_haystack()
+    cache: dict = {}
+    items = make_items(engine, lengths=[length], depths=list(depths), variants=list(variants), haystack=hay)
+    bulk_tail = effective_tail(engine, length, tail)
+    items = [it for it in items if it.region(bulk_tail) == "bulk"]
+    n = len(items)
+    if n == 0:
+        raise RidgeFillError(f"no needle item lies in the approximated bulk at {length} tokens with tail {tail}; "
+                             "give a longer --length.")
+    note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {n} bulk-needle items at {length} tokens, "
+         f"TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
+
+    with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
+        out = Path(tmp) / "tune.jsonl"
+        # The first candidate's maps first: a capture (once per model) happens before anything is timed.
+        first = get_maps(info.path, splits[0], settings, download=False, engine=engine, capture=capture,
+                         on_progress=progress, on_note=note, cancel=cancel)
+        engine.truncate_cache(0)
+        maps_how = {splits[0]: first.how}
+        t_measure = time.perf_counter()
+        # One short exact request: the first decode of a context pays one-off set-up costs.
+        complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=cache).request("off"),
+                 cancel=cancel)
+        t0 = time.perf_counter()
+        exact = run_recall(engine, items, ["off"], None, tail, out, cancel=cancel,
+                           on_progress=lambda p: progress("exact recall", p.done, p.total))
+        exact_items_s = time.perf_counter() - t0
+        exact_correct = sum(bool(r["correct"]) for r in exact)
+        ttft_item = build_item(engine, length=ttft_length, depth=0.5, haystack=hay, _hay_cache=cache)
+        progress("exact TTFT", 0, 1)
+        exact_ttft = _ttft(engine, ttft_item, "off", None, tail, cancel)
+        progress("exact TTFT", 1, 1)
+        note(f"exact: {exact_correct}/{n} bulk needles, TTFT {exact_ttft.ttft_ms / 1000:.1f} s at {ttft_length} tokens")
+        if not informative(exact_correct, n):
+            note(f"exact recalls only {exact_correct}/{n}: the items cannot judge the maps")
+        estimate = exact_items_s + exact_ttft.ttft_ms / 1000 + 5.0  # a candidate costs at most about this
+
+        candidates: list[Candidate] = []
+        skipped: list[int] = []
+        for i, s in enumerate(splits):
+            spent = time.perf_counter() - t_measure
+            if i > 0 and spent + estimate > budget_s:
+                skipped = splits[i:]
+                note(f"budget: {spent:.0f} s spent, a candidate takes about {estimate:.0f} s: "
+                     f"splits {skipped} not measured")
+                break
+            if not informative(exact_correct, n):
+                skipped = splits[i:]
+                break
+            tc = time.perf_counter()
+            if s not in maps_how:
+                maps_how[s] = get_maps(info.path, s, settings, download=False, engine=engine, capture=capture,
+                                       on_progress=progress, on_note=note, cancel=cancel).how
+                engine.truncate_cache(0)
+            warm_up(engine, s)  # maps and weights loaded outside the timings
+            engine.truncate_cache(0)
+            rec = run_recall(engine, items, [mode], s, tail, out, cancel=cancel,
+                             on_progress=lambda p, s=s: progress(f"S={s} recall", p.done, p.total))
+            bulk_correct = sum(bool(r["correct"]) for r in rec)
+            fast = _ttft(engine, ttft_item, mode, s, tail, cancel)
+            ratio = round(exact_ttft.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
+            c = Candidate(s, bulk_correct, exact_correct, n, ratio, keeps_recall(bulk_correct, exact_correct, n),
+                          round(fast.ttft_ms, 1), fast.mode, fast.note or "", maps_how[s],
+                          round(time.perf_counter() - tc, 1))
+            candidates.append(c)
+            note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact_correct}/{n}), TTFT ratio "
+                 f"{ratio if ratio is not None else '-'}x, {'keeps' if c.keeps else 'loses'} recall"
+                 + (f" ({c.note})" if c.note else ""))
+            estimate = max(estimate, c.seconds)
+            if c.keeps:
+                skipped = splits[i + 1:]
+                break
+    split, why = choose(candidates, default, exact_correct, n)
+    result = TuneResult(info.name, split, tail, mode, candidates, why, n, exact_correct, length, ttft_length,
+                        round(exact_ttft.ttft_ms, 1), round(time.perf_counter() - t_start, 1), budget_s, skipped)
+    if record:
+        result.record_path = str(tuned.write_tuned(info, result.record()))
+    note(f"chosen: S = {split} ({why})")
+    return result
+
+
+def _ttft(engine, item, mode: str, split: int | None, tail: int, cancel):
+    if cancel is not None and cancel():
+        raise Cancelled("tune cancelled")
+    req = item.request(mode, split, tail)
+    req.max_tokens, req.reuse_prefix = 1, False
+    return complete(engine, req, cancel=cancel).timings

@@ -1,0 +1,84 @@
+"""The split chosen by measurement for one model (`python -m app tune`), kept beside the maps.
+
+`<user cache>/maps/tuned/<model>-<key>.json`: the model, the chosen split, tail and mode, the rule that
+chose it and the figures of every candidate measured. The key hashes what the GGUF header says (name,
+architecture, layers, width, heads, file type) and the file's size, so it is found without hashing the
+file or parsing its tensors, and a record never applies to another model or another quantisation.
+backend/ridgefill/defaults.py reads it: a tuned split is the model's default split.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from backend.user_paths import maps_dir
+
+TUNED_DIR = "tuned"
+RECORD_VERSION = 1
+
+
+def model_key(info) -> str | None:
+    """A short key for this model file from its header facts; None for an info that lacks them."""
+    try:
+        facts = [info.architecture, info.name, int(info.n_layer), int(info.n_embd), int(info.n_head),
+                 int(info.n_head_kv), info.file_type, int(info.size_bytes)]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:12]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", (text or "model").lower()).strip("-")[:40] or "model"
+
+
+def tuned_path(info, root: Path | None = None) -> Path | None:
+    key = model_key(info)
+    if key is None:
+        return None
+    return (root or maps_dir()) / TUNED_DIR / f"{_slug(info.name)}-{key}.json"
+
+
+def read_tuned(info, root: Path | None = None) -> dict | None:
+    """The tuned record of this model, or None (never tuned, another model, or a damaged file)."""
+    path = tuned_path(info, root)
+    if path is None or not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        ok = (rec.get("record_version") == RECORD_VERSION and rec.get("model_key") == model_key(info)
+              and 1 <= int(rec["split"]) <= int(info.n_layer) - 2)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rec if ok else None
+
+
+def write_tuned(info, record: dict, root: Path | None = None) -> Path:
+    """Write the record atomically (a reader sees the old one or the new one, never half)."""
+    path = tuned_path(info, root)
+    if path is None:
+        raise ValueError("this model's header does not say enough to key a tuned record")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"record_version": RECORD_VERSION, "model_key": model_key(info), **record}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def summary(rec: dict | None) -> str:
+    """One line for the RidgeFill panel: "S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"."""
+    if not rec:
+        return ""
+    split = rec["split"]
+    chosen = next((c for c in rec.get("candidates", []) if c.get("split") == split and c.get("keeps")), None)
+    if chosen is None:
+        return f"S = {split}: {rec.get('chosen_by', 'tuned')}"
+    length = rec.get("ttft_length") or 0
+    at = f"{length / 1024:g}K" if length % 1024 == 0 and length else f"{length:,} tokens"
+    ratio = f", {chosen['ratio']:.1f}× at {at}" if chosen.get("ratio") else ""
+    b, e, n = chosen["bulk_correct"], chosen["exact_correct"], chosen["n"]
+    recall = f"recall {b}/{n} as exact" if b == e else f"recall {b}/{n} (exact {e}/{n})"
+    return f"S = {split}, chosen: {recall}{ratio}"
