@@ -35,6 +35,7 @@ from app.engine_protocol import (
     EngineSettings,
     EngineStarted,
     FitMapsRequest,
+    GetMapsRequest,
     MapsStatus,
     MapsStatusRequest,
     RecallRequest,
@@ -45,6 +46,7 @@ from app.engine_protocol import (
     TaskFailed,
     TaskKind,
     TaskMessage,
+    TuneRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -90,21 +92,77 @@ def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus
     return MapsStatus(req.split, "warning" if found.warnings else "verified", list(found.warnings), str(found.folder))
 
 
-def _fit_maps(engine, req: FitMapsRequest, on_event, cancel) -> str:
-    """Capture calibration activations once (cached), then fit this split's maps: both with progress."""
+def _stage_events(on_event):
+    """on_progress / on_note callbacks that send ProgressEvent and StageNote events."""
+    from app.engine_protocol import StageNote
     from backend.protocol import ProgressEvent
-    from backend.ridgefill.fitting import fit_map_set
 
     t0 = time.perf_counter()
 
     def progress(stage: str, done: int, total: int) -> None:
         on_event(ProgressEvent(int(done), int(total), (time.perf_counter() - t0) * 1000, stage))
 
+    return progress, lambda text: on_event(StageNote(str(text)))
+
+
+def _hub_settings(req):
+    from pathlib import Path
+
+    from backend.hub.settings import HubSettings
+
+    kw = {"cache_root": Path(req.cache_root)} if getattr(req, "cache_root", None) else {}
+    for name in ("endpoint", "token", "maps_owner"):
+        if getattr(req, name, None):
+            kw[name] = getattr(req, name)
+    return HubSettings(offline=bool(getattr(req, "offline", False)), **kw)
+
+
+def _fit_maps(engine, req: FitMapsRequest, on_event, cancel) -> str:
+    """Fit this split's maps here (never download): Get maps told to fit."""
+    from backend.hub.get_maps import get_maps
+
+    progress, note = _stage_events(on_event)
     try:
-        folder = fit_map_set(engine.config.model_path, req.split, on_progress=progress, cancel=cancel, engine=engine)
+        res = get_maps(engine.config.model_path, req.split, download=False, refit=True, engine=engine,
+                       on_progress=progress, on_note=note, cancel=cancel)
     finally:
         engine.truncate_cache(0)  # the capture used the context: the next chat must not reuse its rows
-    return str(folder)
+    return res.folder
+
+
+def _get_maps(engine, req: GetMapsRequest, on_event, cancel):
+    """Get maps (backend/hub/get_maps.py): cached, else the published set, else captured once (resumable)
+    on this engine and fitted; progress and notes as events."""
+    from backend.hub.get_maps import CaptureOptions, get_maps
+
+    progress, note = _stage_events(on_event)
+    try:
+        return get_maps(engine.config.model_path, req.split, _hub_settings(req), engine=engine,
+                        capture=CaptureOptions(max_tokens=req.capture_tokens, seq_tokens=req.capture_seq_tokens),
+                        on_progress=progress, on_note=note, cancel=cancel)
+    finally:
+        engine.truncate_cache(0)
+
+
+def _tune(engine, req: TuneRequest, on_event, cancel):
+    """Tune the split for this model (backend/evals/tune.py) and record it; the defaults follow."""
+    from app.engine_protocol import TuneDone
+    from backend.evals import tune
+    from backend.hub.get_maps import CaptureOptions
+    from backend.ridgefill.tuned import read_tuned, summary
+
+    progress, note = _stage_events(on_event)
+    kw = {k: v for k, v in {"length": req.length, "ttft_length": req.ttft_length, "depths": req.depths,
+                            "variants": req.variants}.items() if v is not None}
+    try:
+        res = tune.run_tune(engine, splits=req.splits, budget_s=req.budget_s, settings=_hub_settings(req),
+                            capture=CaptureOptions(max_tokens=req.capture_tokens), on_progress=progress,
+                            on_note=note, cancel=cancel, **kw)
+    finally:
+        engine.truncate_cache(0)
+    brief = {**res.brief(), "chosen_by": res.chosen_by}
+    return TuneDone(res.split, summary(read_tuned(engine.info)) or f"S = {res.split}: {res.chosen_by}", brief,
+                    res.record_path)
 
 
 def _recall(engine, req: RecallRequest, on_event, cancel):
@@ -126,6 +184,8 @@ HANDLERS: dict[TaskKind, Handler] = {
     TaskKind.COUNT: _count,
     TaskKind.MAPS_STATUS: _maps_status,
     TaskKind.FIT_MAPS: _fit_maps,
+    TaskKind.GET_MAPS: _get_maps,
+    TaskKind.TUNE: _tune,
     TaskKind.RECALL: _recall,
     TaskKind.PING: _ping,
     TaskKind.CRASH_FOR_TEST: _crash,
@@ -156,11 +216,13 @@ class _CancelBook:
 
 def _ready(engine, load_s: float) -> EngineReady:
     from backend.ridgefill import defaults
+    from backend.ridgefill.tuned import read_tuned, summary
 
     info = engine.info
     return EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer, info.n_embd,
                        engine.n_ctx, info.n_ctx_train, int(defaults.default_split(info)),
-                       int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s)
+                       int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s,
+                       summary(read_tuned(info)))
 
 
 def _warm_up(engine) -> None:

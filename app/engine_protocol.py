@@ -23,7 +23,9 @@ class TaskKind(str, Enum):
     COMPLETE = "complete"  # CompletionRequest -> CompletionResult; events ProgressEvent, TokenEvent
     COUNT = "count"  # CountRequest -> CountResult
     MAPS_STATUS = "maps_status"  # MapsStatusRequest -> MapsStatus
-    FIT_MAPS = "fit_maps"  # FitMapsRequest -> str (the map folder); events ProgressEvent
+    FIT_MAPS = "fit_maps"  # FitMapsRequest -> str (the map folder); events ProgressEvent, StageNote
+    GET_MAPS = "get_maps"  # GetMapsRequest -> GetMapsResult (backend/hub/get_maps.py); events ProgressEvent, StageNote
+    TUNE = "tune"  # TuneRequest -> TuneDone; events ProgressEvent, StageNote
     RECALL = "recall"  # RecallRequest -> RecallResult; events RecallRow, ProgressEvent
     PING = "ping"  # None -> "pong"
     CRASH_FOR_TEST = "crash_for_test"  # None -> the child dies as a segfault would
@@ -58,6 +60,7 @@ class EngineReady:
     min_tail: int
     min_bulk: int
     load_s: float
+    tuned: str = ""  # the tuned split's line for the RidgeFill panel ("" when the model was never tuned)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +102,48 @@ class FitMapsRequest:
 
 
 @dataclass
+class GetMapsRequest:
+    """Get maps for the engine's model at `split` (cached, else downloaded, else fitted on this engine).
+    Hub settings travel as plain values (HubSettings holds a function, which does not pickle)."""
+
+    split: int
+    cache_root: str | None = None
+    endpoint: str | None = None
+    token: str | None = None
+    offline: bool = False
+    maps_owner: str | None = None
+    capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
+    capture_seq_tokens: int | None = None
+
+
+@dataclass
+class StageNote:
+    """Event of a long task: a sentence to show (the capture's size and disk, resuming, why it fits)."""
+
+    text: str
+
+
+@dataclass
+class TuneRequest:
+    budget_s: float = 600.0
+    splits: list[int] | None = None
+    length: int | None = None
+    ttft_length: int | None = None
+    depths: list[float] | None = None
+    variants: list[str] | None = None
+    capture_tokens: int | None = None
+    cache_root: str | None = None
+
+
+@dataclass
+class TuneDone:
+    split: int
+    summary: str  # "S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"
+    result: dict  # backend/evals/tune.py: TuneResult.brief() with the rule's reason
+    record_path: str | None = None
+
+
+@dataclass
 class RecallRequest:
     """Arguments for the needle-recall runner (the items are built in the child, where the engine is)."""
 
@@ -136,6 +181,8 @@ PAYLOAD_TYPES: dict[TaskKind, type | tuple[type, ...]] = {
     TaskKind.COUNT: CountRequest,
     TaskKind.MAPS_STATUS: MapsStatusRequest,
     TaskKind.FIT_MAPS: FitMapsRequest,
+    TaskKind.GET_MAPS: GetMapsRequest,
+    TaskKind.TUNE: TuneRequest,
     TaskKind.RECALL: RecallRequest,
     TaskKind.PING: type(None),
     TaskKind.CRASH_FOR_TEST: type(None),

@@ -206,7 +206,7 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     qtbot.waitUntil(lambda: window._maps_task is None and "split 5" in c.maps_label.text(), timeout=60_000)
     assert c.maps_status in ("verified", "warning", "refused", "missing")
     if c.maps_status == "missing":
-        assert "split 5" in c.maps_reasons.text() and c.fit_btn.isEnabled()
+        assert "split 5" in c.maps_reasons.text() and c.get_btn.isEnabled()
     req = window.chat.build_request("q")
     assert (req.mode, req.split, req.tail) == ("off", None, None)  # the toggle is off in these tests
     c.toggle.setChecked(True)

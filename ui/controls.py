@@ -45,8 +45,8 @@ STATUS_STYLE = {
 class RidgeFillControls(QGroupBox):
     changed = Signal()  # mode, split or tail changed (applies to the next request)
     split_settled = Signal(int)  # the slider rested on a split: check its maps
-    download_maps = Signal(int)
-    fit_maps = Signal(int)
+    get_maps = Signal(int)  # cached, else the published set, else fitted here (backend/hub/get_maps.py)
+    tune = Signal()
     cancel_fit = Signal()
 
     def __init__(self, parent=None):
@@ -74,11 +74,18 @@ class RidgeFillControls(QGroupBox):
         self.maps_reasons = QLabel()
         self.maps_reasons.setWordWrap(True)
         self.maps_reasons.setStyleSheet("color: #777; font-size: 11px")
-        self.download_btn = QPushButton("Download maps")
-        self.fit_btn = QPushButton("Fit maps for this split")
+        self.get_btn = QPushButton("Get maps")
+        self.get_btn.setToolTip("Maps for this split: the published set when there is one (verified), otherwise "
+                                "fitted here from activations captured once per model (resumable).")
+        self.tune_btn = QPushButton("Tune for this model")
+        self.tune_btn.setToolTip("Measure a few splits (recall against exact, TTFT) and make the lowest that "
+                                 "keeps recall this model's default (about 10 minutes).")
+        self.tuned_label = QLabel()
+        self.tuned_label.setWordWrap(True)
+        self.tuned_label.setVisible(False)
         self.fit_bar = QProgressBar()
         self.fit_bar.setVisible(False)
-        self.fit_cancel = QPushButton("Cancel fit")
+        self.fit_cancel = QPushButton("Cancel")
         self.fit_cancel.setVisible(False)
 
         form = QFormLayout()
@@ -87,8 +94,8 @@ class RidgeFillControls(QGroupBox):
         form.addRow("", self.split_label)
         form.addRow("Exact tail", self.tail_spin)
         buttons = QHBoxLayout()
-        buttons.addWidget(self.download_btn)
-        buttons.addWidget(self.fit_btn)
+        buttons.addWidget(self.get_btn)
+        buttons.addWidget(self.tune_btn)
         fit_row = QHBoxLayout()
         fit_row.addWidget(self.fit_bar, 1)
         fit_row.addWidget(self.fit_cancel)
@@ -98,6 +105,7 @@ class RidgeFillControls(QGroupBox):
         lay.addWidget(self.compare)
         lay.addWidget(self.maps_label)
         lay.addWidget(self.maps_reasons)
+        lay.addWidget(self.tuned_label)
         lay.addLayout(buttons)
         lay.addLayout(fit_row)
 
@@ -109,8 +117,8 @@ class RidgeFillControls(QGroupBox):
         self.mode_box.currentIndexChanged.connect(self._on_change)
         self.slider.valueChanged.connect(self._on_split)
         self.tail_spin.valueChanged.connect(self._on_change)
-        self.download_btn.clicked.connect(lambda: self.download_maps.emit(self.split()))
-        self.fit_btn.clicked.connect(lambda: self.fit_maps.emit(self.split()))
+        self.get_btn.clicked.connect(lambda: self.get_maps.emit(self.split()))
+        self.tune_btn.clicked.connect(self.tune)
         self.fit_cancel.clicked.connect(self.cancel_fit)
         self._update_label()
         self._on_change()
@@ -148,12 +156,18 @@ class RidgeFillControls(QGroupBox):
         self.maps_label.setStyleSheet(style)
         self.maps_reasons.setText("\n".join(reasons or []))
         self.maps_reasons.setVisible(bool(reasons))
-        self.fit_btn.setEnabled(status != "verified" and not self.fit_bar.isVisible())
+        self.get_btn.setEnabled(status not in ("verified", "warning") and not self.fit_bar.isVisible())
+
+    def set_tuned(self, text: str) -> None:
+        """The tuned split's line ("S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"); "" hides it."""
+        self.tuned_label.setText(f"Tuned: {text}" if text else "")
+        self.tuned_label.setVisible(bool(text))
 
     def set_fit_progress(self, done: int, total: int, label: str) -> None:
         self.fit_bar.setVisible(True)
         self.fit_cancel.setVisible(True)
-        self.fit_btn.setEnabled(False)
+        self.get_btn.setEnabled(False)
+        self.tune_btn.setEnabled(False)
         self.fit_bar.setRange(0, max(1, total))
         self.fit_bar.setValue(done)
         self.fit_bar.setFormat(label)
@@ -161,7 +175,8 @@ class RidgeFillControls(QGroupBox):
     def fit_finished(self) -> None:
         self.fit_bar.setVisible(False)
         self.fit_cancel.setVisible(False)
-        self.fit_btn.setEnabled(True)
+        self.get_btn.setEnabled(getattr(self, "maps_status", "") not in ("verified", "warning"))
+        self.tune_btn.setEnabled(True)
 
     # -- internals --
     def _on_split(self) -> None:

@@ -22,10 +22,21 @@ from PySide6.QtWidgets import (
 
 from app.conversations import Conversation, ConversationStore
 from app.engine_client import EngineClient, TaskHandle
-from app.engine_protocol import EngineReady, EngineSettings, FitMapsRequest, MapsStatus, MapsStatusRequest, TaskKind
+from app.engine_protocol import (
+    EngineReady,
+    EngineSettings,
+    GetMapsRequest,
+    MapsStatus,
+    MapsStatusRequest,
+    StageNote,
+    TaskKind,
+    TuneDone,
+    TuneRequest,
+)
 from app.model_header import read_model_header
 from app.settings import Settings
 from backend.errors import ModelFileError
+from backend.eta import Eta
 from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_split, default_tail
 from ui.chat_panel import ChatPanel
@@ -48,7 +59,10 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("RidgeFill Desktop")
         self.resize(1280, 820)
         self._maps_task: TaskHandle | None = None
-        self._fit_task: TaskHandle | None = None
+        self._fit_task: TaskHandle | None = None  # Get maps or Tune (one at a time: both use the engine)
+        self._eta = Eta()
+        self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
+        self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
         self._shown_model: tuple[str, int] | None = None  # (resolved path, n_layer) the controls show
         self._model_defaults: tuple[int, int] | None = None  # that model's default (split, tail)
 
@@ -103,9 +117,9 @@ class MainWindow(QMainWindow):
         service.crashed.connect(self._on_crashed)
         service.fatal.connect(self._on_fatal)
         self.controls.split_settled.connect(self.check_maps)
-        self.controls.fit_maps.connect(self.fit_maps)
+        self.controls.get_maps.connect(self.get_maps)
+        self.controls.tune.connect(self.tune)
         self.controls.cancel_fit.connect(self.cancel_fit)
-        self.controls.download_maps.connect(self.download_maps)
         self.controls.toggle.setChecked(settings.ridgefill_on)
         self.controls.compare.setChecked(settings.compare_exact)
         self.chat.conversation_changed.connect(self._refresh_list)
@@ -209,6 +223,7 @@ class MainWindow(QMainWindow):
         self.engine_label.setText(
             f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
             f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
+        self.controls.set_tuned(getattr(info, "tuned", ""))
         self.check_maps(self.controls.split())
 
     @Slot(str)
@@ -285,38 +300,70 @@ class MainWindow(QMainWindow):
             self.controls.set_maps_status("unavailable", [error])
 
     @Slot(int)
-    def fit_maps(self, split: int) -> None:
+    def get_maps(self, split: int) -> None:
+        """Get maps: the published set when there is one (verified), else fitted on the engine from a
+        capture made once per model (resumed if one was cut short); progress with the time left."""
         if self._fit_task is not None:
             return
-        self.controls.set_fit_progress(0, 1, f"fitting maps for split {split}…")
-        self._fit_task = self.service.submit(TaskKind.FIT_MAPS, FitMapsRequest(split), owner=self,
-                                             on_event=self._on_fit_event, on_done=self._on_fit_done,
+        hs = self.models.hub_settings()
+        req = GetMapsRequest(split, cache_root=str(hs.cache_root), endpoint=hs.endpoint, token=hs.token,
+                             offline=hs.offline, maps_owner=hs.maps_owner, capture_tokens=self.capture_tokens)
+        self._start_long(f"getting maps for split {split}…")
+        self._fit_task = self.service.submit(TaskKind.GET_MAPS, req, owner=self, on_event=self._on_fit_event,
+                                             on_done=self._on_get_done,
                                              on_failed=lambda _type, message: self._on_fit_end(message),
                                              on_cancelled=self._on_fit_end)
 
     @Slot()
+    def tune(self) -> None:
+        """Tune for this model: a few splits measured, the lowest that keeps recall made the default."""
+        if self._fit_task is not None:
+            return
+        self._start_long("tuning: measuring candidate splits…")
+        self._fit_task = self.service.submit(TaskKind.TUNE, self.tune_request, owner=self,
+                                             on_event=self._on_fit_event, on_done=self._on_tune_done,
+                                             on_failed=lambda _type, message: self._on_fit_end(message),
+                                             on_cancelled=self._on_fit_end)
+
+    def _start_long(self, label: str) -> None:
+        self._eta = Eta()
+        self.controls.maps_reasons.setText("")
+        self.controls.set_fit_progress(0, 1, label)
+
+    @Slot()
     def cancel_fit(self) -> None:
         if self._fit_task is not None:
-            self._fit_task.cancel()  # the fit only; a chat answer in progress goes on
-
-    @Slot(int)
-    def download_maps(self, split: int) -> None:
-        self.tabs.setCurrentWidget(self.models)
-        self.models.download_maps_for(self.service.info, split)
+            self._fit_task.cancel()  # this task only; a chat answer in progress goes on
 
     def _on_fit_event(self, ev) -> None:
         if isinstance(ev, ProgressEvent):
-            self.controls.set_fit_progress(ev.done, ev.total, f"{ev.stage}: {ev.done:,} / {ev.total:,}")
+            self._eta.update(ev.stage, ev.done, ev.total)
+            self.controls.set_fit_progress(ev.done, ev.total, self._eta.line())
+        elif isinstance(ev, StageNote):
+            self.controls.maps_reasons.setText(ev.text)
+            self.controls.maps_reasons.setVisible(True)
 
-    def _on_fit_done(self, _folder: str) -> None:
+    def _on_get_done(self, res) -> None:
         self._fit_task = None
         self.controls.fit_finished()
         self.check_maps(self.controls.split())
+        self.models.refresh()  # the models panel lists the new set
+        self.engine_label.setText(f"Maps for split {res.split}: {res.how}, {res.status} · {res.folder}")
+
+    def _on_tune_done(self, res: TuneDone) -> None:
+        self._fit_task = None
+        self.controls.fit_finished()
+        self.controls.set_tuned(res.summary)
+        if self._model_defaults is not None:  # the tuned split is this model's default from now on
+            self._model_defaults = (res.split, self._model_defaults[1])
+        self.controls.slider.setValue(res.split)
+        self.check_maps(res.split)
+        self.models.refresh()
 
     def _on_fit_end(self, message: str) -> None:
         self._fit_task = None
         self.controls.fit_finished()
-        self.controls.maps_reasons.setText("Fit: " + message)
+        self.controls.maps_reasons.setText(message)
         self.controls.maps_reasons.setVisible(True)
 
     # ---- lifetime --------------------------------------------------------------------------------

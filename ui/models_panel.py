@@ -101,7 +101,7 @@ def map_sets_text(models: list[tuple[cat.ModelEntry | None, str]], current_path:
             lines = [f"Map sets cannot be listed: {exc}"]
         if is_current:
             lines.append(maps_hub.fit_hint(entry, default_split, Path(path)) if entry else
-                         "Fit a map set locally with “Fit maps for this split” (RidgeFill panel).")
+                         "Fit a map set locally with “Get maps” (RidgeFill panel).")
         blocks.append("\n".join([title] + ["  " + line for line in lines]))
     return "\n".join(blocks) if blocks else "No model is installed."
 
@@ -282,7 +282,7 @@ class ModelsPanel(QWidget):
             entry = catalogue_entry_of(str(model_path), hs)
             if entry is None:
                 raise HubError("This model is not in the catalogue, so no map set can be downloaded for it; "
-                               "fit one locally with “Fit maps for this split”.")
+                               "fit one locally with “Get maps”.")
             return maps_hub.download_maps(entry, split, model_path, hs, dl)
 
         self._start(f"maps for {model_path.name}, split {split}", run)
