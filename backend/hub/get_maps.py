@@ -210,13 +210,13 @@ def _fit(model_path: Path, split: int, settings: HubSettings, out_dir: Path, map
         final_name = map_folder_name(model_fingerprint(model_path, layers=[]), split)
         for gone in remove_stale_staging(out_dir, final_name):
             note(f"removed {gone.name}, a map folder left half-written by an interrupted fit")
-        if capture.recapture:
+        if capture.recapture:  # asked for: the whole cache of this model goes, parts included
             folder = calibration.cache_folder(model_path)
-            facts = folder / calibration.FACTS
-            if facts.is_file():
-                facts.unlink()
+            if folder.is_dir():
+                shutil.rmtree(folder)
                 note("capturing the calibration activations again (--recapture)")
         acts = calibration.load_activations(model_path)
+        captured_now = acts is None
         if acts is None:
             state = calibration.capture_state(model_path)
             if state:
@@ -245,5 +245,7 @@ def _fit(model_path: Path, split: int, settings: HubSettings, out_dir: Path, map
                              "removed. Get maps again; if it fails again, capture again (fit-maps --recapture).")
     keep = ("tokens", "rows", "sequences", "captured_sequences", "resumed_sequences", "capture_seconds",
             "last_run_seconds", "bytes", "cache_version")
-    return GetMapsResult(str(folder), split, "fitted", verdict.status, list(verdict.reasons), notes,
-                         {k: acts.facts[k] for k in keep if k in acts.facts}, round(fit_s, 2))
+    facts = {k: acts.facts[k] for k in keep if k in acts.facts}
+    facts["captured_now"] = captured_now  # False: fitted from activations captured before
+    return GetMapsResult(str(folder), split, "fitted", verdict.status, list(verdict.reasons), notes, facts,
+                         round(fit_s, 2))
