@@ -32,7 +32,6 @@ from backend.errors import Cancelled
 from backend.hub import catalogue as cat
 from backend.hub import maps_hub
 from backend.hub.downloads import download_model
-from backend.hub.errors import HubError
 from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
@@ -58,16 +57,6 @@ def _state(entry: cat.ModelEntry, row: dict) -> str:
     if row["path"]:
         return "installed"
     return "local" if entry.local_path else "not downloaded"
-
-
-def catalogue_entry_of(model_path: str, hs: HubSettings) -> cat.ModelEntry | None:
-    """The catalogue entry whose installed file is `model_path` (None: a file not in the catalogue)."""
-    target = Path(model_path).resolve()
-    entries, rows = read_catalogue(hs)
-    for e, r in zip(entries, rows):
-        if r["path"] and Path(r["path"]).resolve() == target:
-            return e
-    return None
 
 
 def installed_models(entries: list[cat.ModelEntry], rows: list[dict],
@@ -270,22 +259,6 @@ class ModelsPanel(QWidget):
         e = self.selected()
         if e is not None:
             self._start(f"model {e.name}", lambda dl, hs: download_model(e, hs, dl))
-
-    def download_maps_for(self, info, split: int) -> None:
-        """The RidgeFill panel's "Download maps": the current model's map set at `split`."""
-        if info is None:
-            self.state.setText("The engine is starting; try again once it is ready.")
-            return
-        model_path = Path(info.model_path)
-
-        def run(dl: DownloadJob, hs: HubSettings):
-            entry = catalogue_entry_of(str(model_path), hs)
-            if entry is None:
-                raise HubError("This model is not in the catalogue, so no map set can be downloaded for it; "
-                               "fit one locally with “Get maps”.")
-            return maps_hub.download_maps(entry, split, model_path, hs, dl)
-
-        self._start(f"maps for {model_path.name}, split {split}", run)
 
     def _start(self, label: str, run) -> None:
         if self._job is not None and self._job.running():
