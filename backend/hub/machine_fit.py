@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..disk import DISK_MARGIN, free_bytes
 from .errors import NotEnoughDisk
 
-DISK_MARGIN = 64 * 1024 * 1024  # keep a little room so the OS and the manifest writes never hit zero
 RAM_OVERHEAD = 512 * 1024 * 1024
 
 
@@ -55,10 +55,7 @@ class FitReport:
 
 def check_fit(size_bytes: int, target_dir: Path, disk_free: Callable[[Path], int] | None = None) -> FitReport:
     target_dir = Path(target_dir)
-    probe = target_dir
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = (disk_free or _disk_free)(probe)
+    free = (disk_free or free_bytes)(target_dir)
     total, available = memory()
     return FitReport(
         size_bytes=size_bytes,
@@ -69,12 +66,6 @@ def check_fit(size_bytes: int, target_dir: Path, disk_free: Callable[[Path], int
         ram_needed=int(size_bytes) + RAM_OVERHEAD,
         where=str(target_dir),
     )
-
-
-def _disk_free(p: Path) -> int:
-    import shutil
-
-    return shutil.disk_usage(p).free
 
 
 def memory() -> tuple[int | None, int | None]:

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from safetensors.numpy import save_file
 
 from backend.corpus import corpus_files
 from backend.documents import document_messages
+from backend.disk import DISK_MARGIN, free_bytes
 from backend.errors import RidgeFillError
 from backend.protocol import ChatMessage, CompletionRequest
 
@@ -55,7 +55,6 @@ PROGRESS = "progress.json"
 PARTS = "parts"
 CACHE_VERSION = 2  # one safetensors part per sequence (resumable)
 READABLE_VERSIONS = (1, 2)
-DISK_MARGIN = 64 * 1024 * 1024  # room left for the OS, the JSON files and a part being renamed
 
 
 class CaptureDiskShort(RidgeFillError):
@@ -199,13 +198,6 @@ def _size(b: int) -> str:
     return f"{b / 1e9:,.2f} GB" if b >= 1e9 else f"{b / 1e6:,.1f} MB"
 
 
-def _disk_free(path: Path) -> int:
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
 def _part_key(tokens: list[int], counter0: int, stride: int, layers: list[int]) -> str:
     h = hashlib.sha256(np.asarray(tokens, dtype=np.int64).tobytes())
     h.update(json.dumps([counter0, stride, layers, CACHE_VERSION]).encode())
@@ -300,7 +292,7 @@ def capture_activations(
         seconds = {}
     bytes_total = sum(p["bytes"] for p in plan)
     bytes_left = sum(p["bytes"] for p in plan if p["file"] not in done)
-    free = (disk_free or _disk_free)(folder)
+    free = (disk_free or free_bytes)(folder)
     cp = CapturePlan(len(plan), total, sum(p["rows"] for p in plan), len(layers), d_model, bytes_total,
                      len(done), bytes_left, int(free), folder)
     if on_plan is not None:
