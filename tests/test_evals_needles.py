@@ -86,3 +86,22 @@ def test_bad_requests_get_clear_errors(small_engine):
         build_item(small_engine, length=80, depth=0.5, haystack=hay)
     with pytest.raises(DocumentTooLongError):
         build_item(small_engine, length=4096, depth=0.5, haystack=hay)  # the fixture's context is 2K
+
+
+def test_a_model_without_a_chat_template_is_cued_to_answer(small_engine, monkeypatch):
+    """A base model gets a plain prompt ending in the start of the answer; a chat model gets messages."""
+    from dataclasses import replace
+
+    chat = build_item(small_engine, length=400, depth=0.3, variant="multivalue", haystack=filler_haystack())
+    assert chat.prompt is None and chat.request().messages == chat.messages
+    # the embedded model's tokenizer, as if its GGUF carried no chat template (as Gemma 3 270M's does not)
+    monkeypatch.setattr(small_engine, "info", replace(small_engine.info, chat_template=None))
+    for variant, cue in (("single", "number for {key} is"), ("multivalue", "numbers for {key} are")):
+        it = build_item(small_engine, length=400, depth=0.3, variant=variant, haystack=filler_haystack())
+        req = it.request("off")
+        assert req.messages is None and req.prompt == it.prompt
+        assert it.prompt.endswith("\n\nAnswer: The special magic " + cue.format(key=it.key))
+        tokens = small_engine.prompt_tokens(req)
+        assert len(tokens) == it.length
+        for n in it.needles:
+            assert small_engine.detokenize(tokens[n.start:n.end]).strip().endswith(f" is {n.value}.")

@@ -32,6 +32,14 @@ QUESTION = {
     "uuid": "What is the special magic uuid for {key}? Answer with the uuid only.",
     "numbers": "What are all the special magic numbers for {key}? Answer with the numbers only.",
 }
+# A base model (no chat template in its GGUF) is not asked a question it was never taught to answer:
+# its prompt ends in the start of the answer, as RULER does for base models. Gemma 3 270M, which ships
+# without a template, recalled none of the tune's needle items asked the chat way.
+ANSWER_CUE = {
+    "number": "Answer: The special magic number for {key} is",
+    "uuid": "Answer: The special magic uuid for {key} is",
+    "numbers": "Answer: The special magic numbers for {key} are",
+}
 # Keys: plain, distinct single words (RULER draws random words).
 KEYS = (
     "apple river lantern meadow copper falcon harbor violet thunder pebble orchard compass marble "
@@ -68,6 +76,7 @@ class NeedleItem:
     needles: list[Needle]
     messages: list[ChatMessage] = field(repr=False)
     max_tokens: int = 24
+    prompt: str | None = field(default=None, repr=False)  # a base model's plain prompt, ending in the answer cue
 
     @property
     def asked(self) -> list[Needle]:
@@ -83,8 +92,9 @@ class NeedleItem:
 
     def request(self, mode: str = "off", split: int | None = None, tail: int | None = None) -> CompletionRequest:
         # No prefix reuse: every item is timed and approximated from scratch.
-        return CompletionRequest(messages=self.messages, max_tokens=self.max_tokens, mode=mode, split=split,
-                                 tail=tail, reuse_prefix=False)
+        asked = {"prompt": self.prompt} if self.prompt is not None else {"messages": self.messages}
+        return CompletionRequest(**asked, max_tokens=self.max_tokens, mode=mode, split=split, tail=tail,
+                                 reuse_prefix=False)
 
     def meta(self, tail: int | None) -> dict:
         """The fields every result line carries about its item."""
@@ -218,34 +228,42 @@ def build_item(engine, *, length: int, depth: float, variant: str = "single", ha
         values = _values(rng, kind, MULTIKEY_N)
         needles = [(keys[i], values[i], i == 0) for i in range(MULTIKEY_N)]
         depths = [depth] + [rng.random() for _ in range(MULTIKEY_N - 1)]
-        question, answers, max_tokens = QUESTION["number"].format(key=keys[0]), [values[0]], 24
+        asking, answers, max_tokens = "number", [values[0]], 24
     elif variant == "multivalue":
         key = rng.choice(KEYS)
         values = _values(rng, kind, MULTIVALUE_N)
         needles = [(key, v, True) for v in values]
         # the first value at `depth`, the others close after it (same region unless near the boundary)
         depths = [depth] + [min(1.0, depth + 0.02 * (i + 1) + 0.01 * rng.random()) for i in range(MULTIVALUE_N - 1)]
-        question, answers, max_tokens = QUESTION["numbers"].format(key=key), values, 16 * MULTIVALUE_N
+        asking, answers, max_tokens = "numbers", values, 16 * MULTIVALUE_N
         keys = [key]
     else:
         keys = [rng.choice(KEYS)]
         values = _values(rng, kind, 1)
         needles = [(keys[0], values[0], True)]
         depths = [depth]
-        question, answers = QUESTION[kind].format(key=keys[0]), values
+        asking, answers = kind, values
         max_tokens = 56 if kind == "uuid" else 24
+    question = QUESTION[asking].format(key=keys[0])
+    cue = None if engine.info.chat_template else ANSWER_CUE[asking].format(key=keys[0])
     texts = [NEEDLE[kind].format(key=k, value=v) for k, v, _ in needles]
 
     def prompt_of(start: int, end: int, placed) -> tuple[list[ChatMessage], str, list[int], list[tuple[int, int]]]:
         content, spans = _content(hay, start, end, placed)
         content = content + "\n\n" + question
         messages = [ChatMessage("user", content)]
-        req = CompletionRequest(messages=messages)
-        text = engine.format_chat(messages)
+        if cue is None:
+            req = CompletionRequest(messages=messages)
+            text = engine.format_chat(messages)
+        else:
+            text = content + "\n\n" + cue
+            req = CompletionRequest(prompt=text)
         base = text.index(content)
         return messages, text, engine.prompt_tokens(req), [(s + base, e + base) for s, e in spans]
 
-    overhead = len(engine.prompt_tokens(CompletionRequest(messages=[ChatMessage("user", INTRO + "\n\n" + question)])))
+    frame = INTRO + "\n\n" + question
+    overhead = len(engine.prompt_tokens(CompletionRequest(messages=[ChatMessage("user", frame)]) if cue is None
+                                        else CompletionRequest(prompt=frame + "\n\n" + cue)))
     needle_tokens = sum(len(engine.tokenize(" " + t, add_special=False)) for t in texts)
     budget = length - overhead - needle_tokens
     if budget < 32:
@@ -290,7 +308,7 @@ def build_item(engine, *, length: int, depth: float, variant: str = "single", ha
     out = [Needle(k, v, s, e, asked) for (k, v, asked), (s, e) in zip(needles, tok_spans)]
     return NeedleItem(id=item_id, variant=variant, length=length, depth=depth, haystack=haystack.name,
                       seed=seed, rep=rep, key=keys[0], answers=answers, needles=out, messages=messages,
-                      max_tokens=max_tokens)
+                      max_tokens=max_tokens, prompt=text if cue is not None else None)
 
 
 def make_items(engine, *, lengths: list[int], depths: list[float], variants: list[str], haystack: Haystack,
