@@ -11,6 +11,8 @@ from app.paths import config_dir
 
 log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
+# What the environment said before any setting was applied: an emptied setting gives it back.
+_STARTUP_ENVIRONMENT = {name: os.environ.get(name) for name in ("HF_ENDPOINT", "HF_TOKEN", "RIDGEFILL_CACHE_DIR")}
 
 
 @dataclass
@@ -56,10 +58,13 @@ class Settings:
         os.replace(tmp, p)
 
     def apply_environment(self) -> None:
-        """Hub endpoint/token and cache location reach the backend through the environment it reads."""
-        if self.hub_endpoint:
-            os.environ["HF_ENDPOINT"] = self.hub_endpoint
-        if self.hub_token:
-            os.environ["HF_TOKEN"] = self.hub_token
-        if self.cache_location:
-            os.environ["RIDGEFILL_CACHE_DIR"] = self.cache_location
+        """Hub endpoint/token and cache location reach the backend through the environment it reads. An
+        empty setting gives back what the app was started with (a token from the shell stays), also after
+        a non-empty one earlier in this session."""
+        for name, value in (("HF_ENDPOINT", self.hub_endpoint), ("HF_TOKEN", self.hub_token),
+                            ("RIDGEFILL_CACHE_DIR", self.cache_location)):
+            value = value or _STARTUP_ENVIRONMENT.get(name)
+            if value:
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)

@@ -135,3 +135,32 @@ def test_map_sets_of_every_installed_model_are_listed(qtbot, panel, tmp_path, mo
     assert list(blocks) == ["SmolLM2 135M Instruct — current model", "second test model"], blocks
     assert "fit-maps --split 12" in blocks["SmolLM2 135M Instruct — current model"]
     assert blocks["second test model"] == f"  split 0: verified — {folder}\n"
+
+
+def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_gives_the_default_back(
+        qtbot, tmp_path, monkeypatch):
+    """The engine process reads the cache location (maps, tuned splits, activations) and the hub from the
+    environment it was started with, so changing them restarts it; answer room alone does not."""
+    import os
+
+    import app.settings as settings_module
+    from ui.settings_dialog import SettingsDialog
+
+    monkeypatch.setattr(settings_module, "_STARTUP_ENVIRONMENT", {"HF_TOKEN": "from-the-shell"})
+    for name in ("RIDGEFILL_CACHE_DIR", "HF_TOKEN", "HF_ENDPOINT"):  # restored after the test
+        monkeypatch.delenv(name, raising=False)
+    s = Settings()
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.max_tokens.setValue(s.max_tokens + 64)
+    assert dlg.apply() is False
+    dlg.cache.setText(str(tmp_path / "elsewhere"))
+    dlg.token.setText("typed-in")
+    assert dlg.apply() is True and s.cache_location == str(tmp_path / "elsewhere")
+    s.apply_environment()
+    assert os.environ["RIDGEFILL_CACHE_DIR"] == str(tmp_path / "elsewhere") and os.environ["HF_TOKEN"] == "typed-in"
+    dlg.cache.setText("")
+    dlg.token.setText("")
+    assert dlg.apply() is True
+    s.apply_environment()
+    assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"

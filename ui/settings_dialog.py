@@ -57,7 +57,7 @@ class SettingsDialog(QDialog):
         form.addRow("Hub endpoint", self.endpoint)
         form.addRow("Hub token", self.token)
         form.addRow("Cache location", cache_w)
-        form.addRow(QLabel("Threads and context size restart the engine. The theme follows the system."))
+        form.addRow(QLabel("Threads, context size, hub and cache location restart the engine. The theme follows the system."))
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -69,10 +69,12 @@ class SettingsDialog(QDialog):
             self.cache.setText(d)
 
     def apply(self) -> bool:
-        """Copy the fields into the settings; True when the engine must restart."""
+        """Copy the fields into the settings; True when the engine must restart: the engine process reads
+        threads and context size when it starts, and the hub and cache settings (maps, tuned splits,
+        activations) from the environment it was started with."""
         s = self.settings
-        restart = (s.threads, s.n_ctx) != (self.threads.value(), self.ctx.value())
+        before = (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location)
         s.threads, s.n_ctx, s.max_tokens = self.threads.value(), self.ctx.value(), self.max_tokens.value()
         s.hub_endpoint, s.hub_token = self.endpoint.text().strip(), self.token.text().strip()
         s.cache_location = self.cache.text().strip()
-        return restart
+        return before != (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location)
