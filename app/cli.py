@@ -18,15 +18,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m app",
         description="RidgeFill Desktop: chat with long documents on a local model. No command opens the GUI.",
     )
-    parser.add_argument("--model", help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    parser.add_argument("--ctx", type=int, default=8192, help="context size in tokens (capped at the model's)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    _add_common(parser)
     parser.add_argument("--selftest", action="store_true", help="check this install headless and exit (0 = all held)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"app.commands.{name}").register(sub)
+    for command in sub.choices.values():  # `tune --model M` as well as `--model M tune`
+        _add_common(command, after_command=True)
     return parser
+
+
+def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+    """The options every command shares. After the command they default to SUPPRESS, so one given before
+    the command is not overwritten by the command's own default."""
+    def d(value):
+        return argparse.SUPPRESS if after_command else value
+
+    parser.add_argument("--model", default=d(None),
+                        help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
+    parser.add_argument("--ctx", type=int, default=d(8192), help="context size in tokens (capped at the model's)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
 
 
 def run_cli(argv: list[str]) -> int:

@@ -60,6 +60,16 @@ def test_bad_model_paths_exit_2_with_a_message(tmp_path, make, expect):
     assert expect in r.stderr and "Traceback" not in r.stderr
 
 
+def test_the_shared_options_work_before_and_after_the_command(tmp_path):
+    """`tune --model M` (as the docs write it) means the same as `--model M tune`."""
+    missing = str(tmp_path / "elsewhere.gguf")
+    for args in (("--model", missing, "info"), ("info", "--model", missing)):
+        r = cli(*args)
+        assert r.returncode == 2 and "elsewhere.gguf" in r.stderr and "not found" in r.stderr, (args, r.stderr)
+    r = cli("--threads", "3", "info", "--json")  # an option before the command is not reset by the command
+    assert r.returncode == 0 and json.loads(r.stdout)["threads"] == 3, r.stderr
+
+
 def test_empty_document_exits_2(tmp_path):
     doc = tmp_path / "empty.txt"
     doc.write_text("  \n\n ")
