@@ -123,10 +123,11 @@ def test_the_decision_rule():
     from backend.evals.tune import Candidate, candidate_splits, choose, keeps_recall, tolerance
 
     assert tolerance(12) == 1 and tolerance(24) == 2
-    assert keeps_recall(11, 12, 12) and keeps_recall(12, 12, 12) and not keeps_recall(10, 12, 12)
-    assert keeps_recall(13, 12, 12)  # better than exact keeps too
-    assert not keeps_recall(5, 5, 12)  # exact recalls under half: the items cannot judge the maps
-    c = lambda s, b: Candidate(s, b, 12, 12, 1.5, keeps_recall(b, 12, 12))  # noqa: E731
+    # the first number is the items lost: right exact, wrong at the split; gains elsewhere do not count
+    assert keeps_recall(1, 12, 12) and keeps_recall(0, 12, 12) and not keeps_recall(2, 12, 12)
+    assert keeps_recall(2, 12, 24) and not keeps_recall(3, 12, 24)
+    assert not keeps_recall(0, 5, 12)  # exact recalls under half: the items cannot judge the maps
+    c = lambda s, b: Candidate(s, b, 12, 12, 1.5, keeps_recall(12 - b, 12, 12))  # noqa: E731
     assert choose([c(9, 4), c(12, 11), c(15, 12)], 18, 12, 12)[0] == 12  # the lowest that keeps recall
     split, why = choose([c(9, 4), c(12, 9)], 18, 12, 12)
     assert split == 18 and "no candidate" in why
@@ -156,7 +157,7 @@ def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, ca
     out = json.loads(capsys.readouterr().out)
     assert list(out) == ["model", "split", "tail", "mode", "candidates"]
     assert out["split"] == 2 and out["candidates"][1] == {"split": 2, "bulk_correct": 12, "exact_correct": 12,
-                                                          "n": 12, "ratio": 1.4}
+                                                          "n": 12, "lost": 0, "ratio": 1.4}
     rec = read_tuned(info)
     assert rec["split"] == 2 and defaults.default_split(info) == 2 and defaults.default_split(info, tuned=False) == 3
     assert summary(rec) == "S = 2, chosen: recall 12/12 as exact, 1.4× at 4K"

@@ -27,6 +27,8 @@ def register(sub) -> None:
     p.add_argument("--ttft-length", type=int, default=tune.DEFAULT_TTFT_LENGTH, help="prompt length of the TTFT ratio")
     p.add_argument("--depths", type=float_list, default=list(tune.DEFAULT_DEPTHS), help="needle depths")
     p.add_argument("--variants", type=str_list, default=list(tune.DEFAULT_VARIANTS), help="needle variants")
+    p.add_argument("--haystacks", type=str_list, default=list(tune.DEFAULT_HAYSTACKS),
+                   help="needle haystacks: corpus, filler, ledger (default corpus,filler)")
     p.add_argument("--mode", default=None, help="RidgeFill mode to tune (default: the model's default mode)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's default)")
     p.add_argument("--capture-tokens", type=int, default=None,
@@ -47,7 +49,8 @@ def run(args) -> int:
     engine = open_engine(args)
     try:
         result = run_tune(engine, splits=args.splits, budget_s=args.budget_s, length=args.length,
-                          ttft_length=args.ttft_length, depths=args.depths, variants=args.variants, mode=args.mode,
+                          ttft_length=args.ttft_length, depths=args.depths, variants=args.variants,
+                          haystacks=args.haystacks, mode=args.mode,
                           tail=args.tail, capture=CaptureOptions(max_tokens=args.capture_tokens),
                           record=not args.no_record, on_progress=stage_printer(), on_note=say_note)
     finally:
