@@ -16,8 +16,8 @@ half the items; otherwise the items say nothing about the maps and the split sta
 (the candidates are still measured and shown). The lowest candidate that keeps recall is chosen and
 the search stops there (higher splits approximate fewer layers); none keeping recall keeps the
 default too, and says so.
-**Which items** (measured on SmolLM2, 96 items per split, README: Recall): at 2,048 tokens S = 12 and
-S = 9 both lose 5-7 of 48 items to exact (and win as many), so 2K items cannot tell them apart; at
+**Which items** (measured on SmolLM2, 96 items per split, README: Recall): at 2,048 tokens S = 12
+loses 5 of 48 items to exact (and wins 5) and S = 9 loses 7, so 2K items hardly tell them apart; at
 4,096 tokens S = 12 loses none of 48 and S = 9 loses 9 (filler multikey 5 of 8). So the default items
 are 12 at 4,096 tokens: both haystacks, single and multikey, three depths.
 The budget bounds the measuring time: a candidate is not started when the time spent plus its

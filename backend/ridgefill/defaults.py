@@ -6,8 +6,10 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 - SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10.
 - Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
 `guided` mode (the default) makes the rows the question attends to exact, which moves SmolLM2's split
-down to 12: bulk-needle recall 16/24 against exact's 13/24 on the prose corpus at 2K and 4K tokens
-(McNemar p = 0.375; README: RidgeFill defaults). Gemma 3 runs guided as speed (sliding-window layers).
+down to 12: bulk-needle recall at 2K and 4K tokens, 48 items per haystack, 31/48 against exact's 27/48
+in prose (p = 0.344) and 37/48 as exact's 37/48 in filler (p = 1.0). S = 9 loses filler items (26/48
+against 37/48, p = 0.001), so 12 it is (README: RidgeFill defaults). Gemma 3 runs guided as speed
+(sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
@@ -15,7 +17,7 @@ the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
 made exact, T = 256 kept guided's recall (16/24 as at T = 512, same items) and is 1.3 s cheaper at 4K
-tokens. Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
+tokens. T = 128 was measured on 32 prose items only (22/32 against exact's 18/32), not on filler. Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
 from __future__ import annotations
