@@ -34,7 +34,7 @@ QUESTION = {
 }
 # A base model (no chat template in its GGUF) is not asked a question it was never taught to answer:
 # its prompt ends in the start of the answer, as RULER does for base models. Gemma 3 270M, which ships
-# without a template, recalled none of the tune's needle items asked the chat way.
+# without a template, answered 0 of 2 needle items asked the chat way.
 ANSWER_CUE = {
     "number": "Answer: The special magic number for {key} is",
     "uuid": "Answer: The special magic uuid for {key} is",
