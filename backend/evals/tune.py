@@ -40,7 +40,7 @@ from .recall import effective_tail, run_recall
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LENGTH = 4096  # needle items (see the module doc: 2K items cannot tell S = 9 from S = 12)
+DEFAULT_LENGTH = 4096  # needle items (see the module doc: 2K items hardly tell S = 9 from S = 12)
 DEFAULT_TTFT_LENGTH = 4096
 DEFAULT_DEPTHS = (0.15, 0.35, 0.55)
 DEFAULT_VARIANTS = ("single", "multikey")
