@@ -248,22 +248,23 @@ def build_item(engine, *, length: int, depth: float, variant: str = "single", ha
     cue = None if engine.info.chat_template else ANSWER_CUE[asking].format(key=keys[0])
     texts = [NEEDLE[kind].format(key=k, value=v) for k, v, _ in needles]
 
+    def asked(content: str) -> tuple[list[ChatMessage], str, CompletionRequest]:
+        """The user message, the prompt text and its request: the chat template, or for a base model a
+        plain prompt ending in the answer cue."""
+        messages = [ChatMessage("user", content)]
+        if cue is None:
+            return messages, engine.format_chat(messages), CompletionRequest(messages=messages)
+        text = content + "\n\n" + cue
+        return messages, text, CompletionRequest(prompt=text)
+
     def prompt_of(start: int, end: int, placed) -> tuple[list[ChatMessage], str, list[int], list[tuple[int, int]]]:
         content, spans = _content(hay, start, end, placed)
         content = content + "\n\n" + question
-        messages = [ChatMessage("user", content)]
-        if cue is None:
-            req = CompletionRequest(messages=messages)
-            text = engine.format_chat(messages)
-        else:
-            text = content + "\n\n" + cue
-            req = CompletionRequest(prompt=text)
+        messages, text, req = asked(content)
         base = text.index(content)
         return messages, text, engine.prompt_tokens(req), [(s + base, e + base) for s, e in spans]
 
-    frame = INTRO + "\n\n" + question
-    overhead = len(engine.prompt_tokens(CompletionRequest(messages=[ChatMessage("user", frame)]) if cue is None
-                                        else CompletionRequest(prompt=frame + "\n\n" + cue)))
+    overhead = len(engine.prompt_tokens(asked(INTRO + "\n\n" + question)[2]))
     needle_tokens = sum(len(engine.tokenize(" " + t, add_special=False)) for t in texts)
     budget = length - overhead - needle_tokens
     if budget < 32:

@@ -240,7 +240,7 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
             note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact_correct}/{n}, {lost} lost), TTFT ratio "
                  f"{ratio if ratio is not None else '-'}x, {'keeps' if c.keeps else 'loses'} recall"
                  + (f" ({c.note})" if c.note else ""))
-            estimate = max(c.seconds for c in candidates)
+            estimate = max(done.seconds for done in candidates)
             if c.keeps:
                 skipped = splits[i + 1:]
                 break

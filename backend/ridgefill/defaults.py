@@ -17,7 +17,8 @@ the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
 made exact, T = 256 kept guided's recall (16/24 as at T = 512, same items) and is 1.3 s cheaper at 4K
-tokens. T = 128 was measured on 32 prose items only (22/32 against exact's 18/32), not on filler. Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
+tokens. T = 128 was measured on 32 prose items only (22/32 against exact's 18/32), not on filler.
+Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
 from __future__ import annotations
