@@ -155,3 +155,24 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
         assert kl(ref, eng.last_logits()) < 5e-4
     finally:
         eng.close()
+
+
+def test_a_cancelled_bulk_pass_keeps_only_rows_whose_late_layers_are_written(engine, monkeypatch):
+    """Late K/V are written in blocks after the lower layers of several chunks: a cancel in between
+    must not leave rows without them in the cache, where the next request would reuse them."""
+    import pytest
+
+    from backend.errors import Cancelled
+    from backend.ridgefill import injection
+
+    monkeypatch.setattr(injection, "LATE_BLOCK", 1000)  # written after every second 512-row chunk
+    toks = induction_prompt(engine, 2000)
+    maps = ZeroMaps()
+    for chunks_done, kept in ((1, 0), (2, 1024)):
+        events = []
+        with pytest.raises(Cancelled):
+            ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=maps, on_event=events.append,
+                              cancel=lambda: len(events) >= chunks_done)
+        assert len(engine.cache) == kept and others_empty(engine)
+    rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=maps, reuse_prefix=True)
+    assert rep.cache_n == 1024 and rep.bulk_n == len(toks) - TAIL - 1024  # the written rows are reused

@@ -108,10 +108,12 @@ def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
     np.testing.assert_array_equal(tiny_llama.last_logits(), ref)
 
 
-def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama):
+def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama, monkeypatch):
     from backend.errors import Cancelled
-
+    from backend.ridgefill import injection
     from backend.ridgefill.plan import ridgefill_prefill as rp
+
+    monkeypatch.setattr(injection, "LATE_BLOCK", 512)  # late layers written after every chunk
 
     class Ident:  # a "map" that predicts each late input as the split stream itself
         split, layers, warnings = 1, [2, 3], []

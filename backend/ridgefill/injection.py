@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -100,15 +101,20 @@ class _Phases:
 
 
 @contextmanager
-def one_torch_thread():
-    """The torch work per chunk is small; with several threads its OpenMP workers spin and fight
-    llama.cpp's threads for the cores (measured 30× slower on a busy 2-core machine)."""
+def torch_threads(n_threads: int):
     n = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(max(1, n_threads))
     try:
         yield
     finally:
         torch.set_num_threads(n)
+
+
+def one_torch_thread():
+    """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
+    fight llama.cpp's threads for the cores (measured 30× slower on a busy 2-core machine). The late
+    writes, gathered into few large blocks, take the engine's threads (late_writes)."""
+    return torch_threads(1)
 
 
 def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
@@ -169,25 +175,59 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     return report
 
 
+# Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
+# their lower layers ran: per 512-row chunk on one thread, the prediction and writes took 2.7 s of an
+# 8,000-token prefill (S=12); fewer, larger blocks let torch use both cores without its threads
+# spinning against llama.cpp's between every chunk.
+LATE_BLOCK = 2048
+
+
+@dataclass
+class _LateRows:
+    """Bulk rows decoded below the split whose late-layer K/V are not written yet: the stream entering
+    the split and, per cache tensor, the cell of each row."""
+    start: int
+    h: list[np.ndarray] = field(default_factory=list)
+    cells: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self.h)
+
+    def add(self, h: np.ndarray, idx: dict[str, np.ndarray]) -> None:
+        self.h.append(h)
+        for name, cells in idx.items():
+            self.cells.setdefault(name, []).append(cells)
+
+
 def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source,
               phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
     """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
     late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
-    Cancelled between chunks."""
+    Cancelled between chunks, with the cache holding only rows whose late layers are written."""
     setup = ridgefill_setup(engine)
     phases = phases or _Phases()
     t0 = time.perf_counter() if t0 is None else t0
     tap = _BulkTap(plan.split, setup.layout)
     chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+    swa_from = bulk_end - setup.n_swa
+    pending = _LateRows(start)
     pos = start
-    while pos < bulk_end:
-        if cancel is not None and cancel():
-            raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
-        n = min(chunk_n, bulk_end - pos)
-        _bulk_chunk(engine, setup, plan, tokens, pos, n, source, tap, phases, swa_from=bulk_end - setup.n_swa)
-        pos += n
-        if on_event is not None:
-            on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
+    try:
+        while pos < bulk_end:
+            if cancel is not None and cancel():
+                raise Cancelled(f"prefill cancelled after {pending.start} of {len(tokens)} tokens")
+            n = min(chunk_n, bulk_end - pos)
+            _lower_chunk(engine, setup, plan, tokens, pos, n, tap, phases, pending)
+            pos += n
+            if plan.write_late and (len(pending) >= LATE_BLOCK or pos == bulk_end):
+                _write_late(engine, setup, plan, pending, source, phases, swa_from)
+                pending = _LateRows(pos)
+            if on_event is not None:
+                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
+    except BaseException:
+        if plan.write_late:
+            engine.truncate_cache(pending.start)  # rows without their late K/V must not be reused
+        raise
     return max(0, pos - start)
 
 
@@ -198,40 +238,51 @@ def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
     return _Oracle(capture_streams(engine, [bulk], late, cancel=cancel, dtype=np.float32) if late else {})
 
 
-def _bulk_chunk(engine, setup: RidgeFillSetup, plan, tokens, pos: int, n: int, source,
-                tap: _BulkTap, phases: _Phases, swa_from: int) -> None:
-    """Rows [pos, pos + n): layers below the split in llama.cpp (the graph stops there), then every late
-    layer's K/V written from the late inputs `source` gives for them."""
-    chunk = tokens[pos : pos + n]
+def _lower_chunk(engine, setup: RidgeFillSetup, plan, tokens, pos: int, n: int, tap: _BulkTap,
+                 phases: _Phases, pending: _LateRows) -> None:
+    """Rows [pos, pos + n) through the layers below the split in llama.cpp (the graph stops there);
+    their split stream and cache cells join `pending`."""
     with phases("lower"):
         tap.reset()
         with engine.hooked(tap):
-            engine.decode(chunk, pos, logits_last=False, approx_tag=plan.tag or "plumb")
+            engine.decode(tokens[pos : pos + n], pos, logits_last=False, approx_tag=plan.tag or "plumb")
     if tap.error or tap.h is None or tap.h.shape[0] != n:
         raise LayoutRefused(f"bulk pass: {tap.error or 'the split stream was not seen'}")
-    layout = setup.layout
     engine.cache.record_cells(pos, tap.first_layer_cells())
     if not plan.write_late:
         return
-    with phases("predict"):
-        h = torch.from_numpy(tap.h)
-        inputs = source.late_inputs(h, slice(pos, pos + n))
-        inputs[plan.split] = h
-    with phases("write"):
-        positions = torch.arange(pos, pos + n)
-        for il in range(plan.split, engine.info.n_layer):
-            ll = layout.layers[il]
-            k_idx, v_idx = tap.idx.get(ll.k_index), tap.idx.get(ll.v_index)
-            if k_idx is None or v_idx is None or len(k_idx) != n or len(v_idx) != n:
+    for il in range(plan.split, engine.info.n_layer):
+        ll = setup.layout.layers[il]
+        for name in (ll.k_index, ll.v_index):
+            if len(tap.idx.get(name, ())) != n:
                 raise LayoutRefused(f"cell indices of layer {il}'s cache were not seen below the split")
-            rows = slice(None)
-            if setup.n_swa and il in setup.swa_layers:
-                # A sliding-window layer: only rows inside the tail's window are ever read again.
-                first = max(0, swa_from - pos)
-                if first >= n:
-                    continue
-                rows = slice(first, n)
-            setup.writer.write(il, inputs[il][rows], positions[rows], k_idx[rows], v_idx[rows])
+    pending.add(tap.h, dict(tap.idx))
+
+
+def _write_late(engine, setup: RidgeFillSetup, plan, pending: _LateRows, source, phases: _Phases,
+                swa_from: int) -> None:
+    """Every late layer's K/V for the `pending` rows, written from the late inputs `source` gives for
+    them, on all the engine's threads."""
+    h = torch.from_numpy(np.concatenate(pending.h))
+    n, pos = len(h), pending.start
+    cells = {name: np.concatenate(parts) for name, parts in pending.cells.items()}
+    with torch_threads(engine.config.n_threads):
+        with phases("predict"):
+            inputs = source.late_inputs(h, slice(pos, pos + n))
+            inputs[plan.split] = h
+        with phases("write"):
+            positions = torch.arange(pos, pos + n)
+            for il in range(plan.split, engine.info.n_layer):
+                ll = setup.layout.layers[il]
+                rows = slice(None)
+                if setup.n_swa and il in setup.swa_layers:
+                    # A sliding-window layer: only rows inside the tail's window are ever read again.
+                    first = max(0, swa_from - pos)
+                    if first >= n:
+                        continue
+                    rows = slice(first, n)
+                setup.writer.write(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
+                                   cells[ll.v_index][rows])
 
 
 def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
