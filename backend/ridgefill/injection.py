@@ -301,13 +301,12 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     todo = set(engine.cache.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.config.n_batch)
     with phases("exact_rows"):
-        n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout))
-        if plan.mode == "guided" and len(runs) > 1:
-            # One batch decodes every run against the cache as it was, so a run saw the approximate
-            # rows of the runs before it. Once more, every run but the first, now that those are exact:
-            # a needle whose key the question repeats was made exact with every other needle, yet the
-            # answer took another needle's value (filler multikey items at S=12); after this pass,
-            # right. llama.cpp wants each sequence's batch positions consecutive, so one batch cannot
-            # chain its runs. Costs a second batched decode of the same rows (~1 s at 4K tokens).
-            redecode_exact(engine, tokens, runs[1:], cancel=cancel, cells=CellTap(setup.layout))
+        # guided: run after run, so each sees the runs before it exact. Decoded in one batch, a run saw
+        # the approximate rows of the runs before it: a needle whose key the question repeats was made
+        # exact with every other needle, yet the answer took another needle's value (filler multikey
+        # items at S=12). A second batched pass over every run but the first fixed those items but
+        # cost a second decode of the same rows (~2 s at 8,000 tokens); a llama_decode per run costs
+        # little more than one batch when runs are a few dozen rows long.
+        n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout),
+                           chained=plan.mode == "guided")
         return n

@@ -93,14 +93,16 @@ def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
 
 
 def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
-                   cells=None) -> int:
+                   cells=None, chained: bool = False) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs ~6x more per row at 4K tokens). Sequences 1.. are empty afterwards, whatever happens.
-    `cells` (a cache_layout.CellTap): records where the new rows landed, so they can be scored again."""
+    costs ~6x more per row at 4K tokens). `chained`: one run per llama_decode, in position order, so
+    each run sees the runs before it already exact (for a few long runs, as guided selects). Sequences
+    1.. are empty afterwards, whatever happens. `cells` (a cache_layout.CellTap): records where the new
+    rows landed, so they can be scored again."""
     done = 0
-    groups = batches(runs, engine.config.n_batch, engine.n_seq - 1)
+    groups = batches(runs, engine.config.n_batch, 1 if chained else engine.n_seq - 1)
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
