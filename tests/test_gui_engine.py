@@ -151,7 +151,7 @@ def test_header_read_gives_the_same_model_info_as_the_full_reader(tmp_path, mode
         assert read_model_header(p) == read_model_info(p)
 
 
-def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, model_path):
+def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, model_path, tmp_path):
     """Before the engine has loaded anything, the split slider spans the model's layers and shows its
     default split and tail (backend/ridgefill/defaults.py), not numbers of the GUI's own."""
     from app.engine_client import EngineClient
@@ -169,3 +169,11 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
     assert c.split() == defaults.default_split(info) and c.tail() == defaults.default_tail(info)
     assert c.split_label.text().startswith(f"S = {c.split()}: ")
     assert [c.mode_box.itemData(i) for i in range(c.mode_box.count())] == list(RIDGEFILL_MODES)
+    assert c.mode() == defaults.default_mode(info) == "guided"
+    # a model whose guided mode would run as speed (sliding-window layers) shows speed, not guided
+    from tests.tiny_gguf import write_tiny_gguf
+
+    gemma = read_model_info(write_tiny_gguf(tmp_path / "gemma3.gguf", "gemma3"))
+    assert w.show_model(str(gemma.path))
+    assert c.mode() == "speed" and c.tail() == defaults.default_tail(gemma)
+    assert w.show_model(model_path) and c.mode() == "guided"

@@ -124,9 +124,14 @@ class RidgeFillControls(QGroupBox):
         self._on_change()
 
     # -- model --
-    def set_model(self, n_layer: int, split: int, tail: int, min_tail: int) -> None:
-        """The model's layers, and the split and tail to show (its defaults or the user's saved values)."""
+    def set_model(self, n_layer: int, split: int, tail: int, min_tail: int, mode: str | None) -> None:
+        """The model's layers, the split and tail to show (its defaults or the user's saved values) and
+        the mode it runs by default (speed on a model where guided would run as speed; None: unchanged)."""
         self.n_layer = n_layer
+        if mode is not None:
+            self.mode_box.blockSignals(True)
+            self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
+            self.mode_box.blockSignals(False)
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
         self.slider.setRange(1, max(1, n_layer - 1))

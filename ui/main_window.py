@@ -38,7 +38,7 @@ from app.settings import Settings
 from backend.errors import ModelFileError
 from backend.eta import Eta
 from backend.protocol import ProgressEvent
-from backend.ridgefill.defaults import MIN_TAIL, default_split, default_tail
+from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
 from ui.models_panel import ModelsPanel
@@ -199,18 +199,19 @@ class MainWindow(QMainWindow):
         try:
             info = read_model_header(model_path or embedded_model_path())
         except ModelFileError as exc:
-            self.controls.set_model(0, 1, MIN_TAIL, MIN_TAIL)
+            self.controls.set_model(0, 1, MIN_TAIL, MIN_TAIL, None)
             self.controls.split_label.setText(str(exc))
             self._shown_model = self._model_defaults = None
             return False
-        self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info))
+        self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info),
+                          default_mode(info))
         return True
 
-    def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int) -> None:
+    def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int, mode: str) -> None:
         s = self.settings
         split = s.split if 0 < s.split < n_layer else split0
         tail = s.tail if s.tail >= MIN_TAIL else tail0
-        self.controls.set_model(n_layer, split, tail, MIN_TAIL)
+        self.controls.set_model(n_layer, split, tail, MIN_TAIL, mode)
         self._shown_model = (str(Path(path).resolve()), n_layer)
         self._model_defaults = (split0, tail0)
 
@@ -219,7 +220,8 @@ class MainWindow(QMainWindow):
     def _on_ready(self, info: EngineReady) -> None:
         if self._shown_model != (str(Path(info.model_path).resolve()), info.n_layer):
             # not the model the header said (a file replaced meanwhile): the engine's word wins
-            self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail)
+            self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail,
+                              default_mode(info))
         self.engine_label.setText(
             f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
             f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
