@@ -9,9 +9,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..completion import complete
-from ..protocol import ChatMessage
-from .needles import QUESTION, NeedleItem
+from ..protocol import ChatMessage, CompletionRequest
+from .needles import ANSWER_CUE, QUESTION, NeedleItem
 from .scoring import score
+
+
+def follow_up_request(item: NeedleItem, first: CompletionRequest, first_reply: str, key: str) -> CompletionRequest:
+    """The chat after the first answer, asking for `key`'s number: the reply and a new user message,
+    or for a base model (item.prompt set) its plain prompt going on after the reply, ending in the
+    answer cue for the new key. Prefix reuse on, as the chat does."""
+    question = QUESTION["number"].format(key=key)
+    if item.prompt is None:
+        messages = list(item.messages) + [ChatMessage("assistant", first_reply.strip()), ChatMessage("user", question)]
+        return replace(first, messages=messages, reuse_prefix=True)
+    prompt = f"{item.prompt}{first_reply.rstrip()}\n\n{question}\n\n{ANSWER_CUE['number'].format(key=key)}"
+    return replace(first, prompt=prompt, reuse_prefix=True)
 
 
 def run_followup(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None) -> dict | None:
@@ -22,9 +34,7 @@ def run_followup(engine, item: NeedleItem, mode: str, split: int | None, tail: i
         return None
     first_req = replace(item.request(mode, split, tail), reuse_prefix=False)
     r1 = complete(engine, first_req)
-    messages = list(item.messages) + [ChatMessage("assistant", r1.text.strip()),
-                                      ChatMessage("user", QUESTION["number"].format(key=second.key))]
-    r2 = complete(engine, replace(first_req, messages=messages, reuse_prefix=True))
+    r2 = complete(engine, follow_up_request(item, first_req, r1.text, second.key))
     ok1, _ = score(r1.text, item.answers)
     ok2, ans2 = score(r2.text, [second.value])
     return {"id": item.id, "mode": mode, "first_correct": ok1, "follow_correct": ok2, "follow_answer": ans2,
