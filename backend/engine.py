@@ -289,6 +289,12 @@ class Engine:
                          logits_all=logits_all)
         self.cache.append(tokens, approx_tag)
 
+    @property
+    def ubatch_rows(self) -> int:
+        """The most rows llama.cpp computes in one graph: what an eval hook sees at once (a decode of more
+        rows runs as several graphs, and a hook that reads one graph's cells would miss the others')."""
+        return min(self.config.n_batch, self.config.n_ubatch)
+
     def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
                     logits_all: bool = False) -> None:
         """One llama_decode of rows with their own positions and sequences; logits for every row

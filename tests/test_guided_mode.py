@@ -194,3 +194,24 @@ def test_a_cancelled_bulk_pass_keeps_only_rows_whose_late_layers_are_written(eng
         assert len(engine.cache) == kept and others_empty(engine)
     rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=maps, reuse_prefix=True)
     assert rep.cache_n == 1024 and rep.bulk_n == len(toks) - TAIL - 1024  # the written rows are reused
+
+
+def test_rows_made_exact_on_an_engine_whose_ubatch_is_smaller_than_its_batch(model_path):
+    """llama.cpp runs a decode of more than n_ubatch rows as several graphs; the cells of every row made
+    exact must still be known (a follow-up scores them), so runs never outgrow one ubatch."""
+    from backend.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model_path, n_ctx=2560, n_batch=1024, n_ubatch=256))
+    try:
+        toks = induction_prompt(eng, 2030)
+        eng.prefill(toks, reuse_prefix=False)
+        ref = eng.last_logits()
+        bulk = len(toks) - TAIL
+        rep = ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
+                                guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+        assert rep.exact_n == rep.bulk_n == bulk and eng.cache.approximated() == [], rep.note
+        cells = eng.cache.cells(list(range(bulk)))
+        assert min(cells) >= 0 and len(set(cells)) == bulk  # every row's own cell is known
+        assert kl(ref, eng.last_logits()) < 1e-2
+    finally:
+        eng.close()

@@ -95,7 +95,8 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
                         sentence = fwd == "sentence"
                         p = GuidedParams(window=w, pool=pool, back=grid.back, forward=40 if sentence else int(fwd),
                                          peaks=peaks, budget=grid.budget)
-                        runs = select(candidates, score, bulk_end, p, engine.config.n_batch, ends if sentence else None)
+                        runs = select(candidates, score, bulk_end, p, engine.ubatch_rows,
+                                      ends if sentence else None)
                         chosen = {q for r in runs for q in range(r.start, r.end)}
                         hits[config_key(w, ls, head, norm, pool, fwd, peaks)] = {
                             "hit": all(q in chosen for q in need), "rows": len(chosen)}

@@ -91,7 +91,7 @@ def capture_streams(
     # after, since later layers' cells then hold stale rows).
     cut = f"l_out-{deepest - 1}" if deepest >= 1 else None
     tap = StreamTap(layers, cut_after=cut)
-    chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+    chunk_n = engine.ubatch_rows
     total = sum(len(s) for s in token_seqs)
     out: dict[int, list[np.ndarray]] = {il: [] for il in layers}
     done = 0

@@ -171,4 +171,4 @@ def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
     with phases("score"):
         scores = score_rows(engine, setup, tokens, candidates, streams, params)
         ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]])
-    return select(candidates, scores, bulk_end, params, engine.config.n_batch, ends)
+    return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends)

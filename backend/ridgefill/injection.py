@@ -128,7 +128,7 @@ def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
     about 32 s at 8,000 tokens, S=15)."""
     n = max(0, n_tokens - tail)
     if mode == "plumb":
-        chunk = min(engine.config.n_batch, engine.config.n_ubatch)
+        chunk = engine.ubatch_rows
         return n // chunk * chunk
     return n
 
@@ -168,7 +168,7 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     if plan.mode in ("quality", "guided"):
         report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
     with phases("tail"):
-        chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+        chunk_n = engine.ubatch_rows
         engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
     report.prompt_ms = (time.perf_counter() - t0) * 1000
     report.breakdown_ms = phases.rounded()
@@ -208,7 +208,7 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
     phases = phases or _Phases()
     t0 = time.perf_counter() if t0 is None else t0
     tap = _BulkTap(plan.split, setup.layout)
-    chunk_n = min(engine.config.n_batch, engine.config.n_ubatch)
+    chunk_n = engine.ubatch_rows
     swa_from = bulk_end - setup.n_swa
     pending = _LateRows(start)
     pos = start
@@ -299,7 +299,7 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
 
         chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
     todo = set(engine.cache.approximated(0, bulk_end))
-    runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.config.n_batch)
+    runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
     with phases("exact_rows"):
         # guided: run after run, so each sees the runs before it exact. Decoded in one batch, a run saw
         # the approximate rows of the runs before it: a needle whose key the question repeats was made

@@ -54,7 +54,7 @@ def select_runs(engine, tokens: list[int], start: int, end: int, share: float = 
     budget = int(round(share * n))
     if n <= 0 or budget <= 0:
         return []
-    max_run = max_run or engine.config.n_batch
+    max_run = max_run or engine.ubatch_rows
     scores = [(token_score(engine.token_text(tokens[p]), tokens[p], engine.n_vocab), p) for p in range(start, end)]
     chosen: set[int] = set()
     for score, p in sorted(scores, key=lambda sp: (-sp[0], sp[1])):
@@ -102,7 +102,7 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     1.. are empty afterwards, whatever happens. `cells` (a cache_layout.CellTap): records where the new
     rows landed, so they can be scored again."""
     done = 0
-    groups = batches(runs, engine.config.n_batch, 1 if chained else engine.n_seq - 1)
+    groups = batches(runs, engine.ubatch_rows, 1 if chained else engine.n_seq - 1)
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
