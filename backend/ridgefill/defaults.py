@@ -6,18 +6,19 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 - SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10.
 - Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
 `guided` mode (the default) makes the rows the question attends to exact, which moves SmolLM2's split
-down to 12: bulk-needle recall at 2K and 4K tokens, 48 items per haystack, 31/48 against exact's 27/48
-in prose (p = 0.344) and 37/48 as exact's 37/48 in filler (p = 1.0). S = 9 loses filler items (26/48
-against 37/48, p = 0.001), so 12 it is (README: RidgeFill defaults). Gemma 3 runs guided as speed
-(sliding-window layers).
+down to 12: bulk-needle recall at 2K and 4K tokens, 48 items per haystack, at T = 128: 31/48 against
+exact's 27/48 in prose (p = 0.344) and 35/48 against 37/48 in filler (p = 0.625). S = 9 loses filler
+items (26/48 against 37/48 at T = 256, p = 0.001), so 12 it is (README: RidgeFill defaults). Gemma 3
+runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
-made exact, T = 256 kept guided's recall (16/24 as at T = 512, same items) and is 1.3 s cheaper at 4K
-tokens. T = 128 was measured on 32 prose items only (22/32 against exact's 18/32), not on filler.
+made exact, the tail can be short: T = 256 kept guided's recall (16/24 as at T = 512, same items), and
+T = 128 keeps it on the 96 items above (66/96 against exact's 64/96; 68/96 at T = 256 with the earlier
+two-pass re-decode) while halving the tail's cost (about 1.8 s at 8,000 tokens).
 Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
@@ -32,7 +33,7 @@ MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
 # guided mode makes the rows the question needs exact, so the tail can be shorter than speed's 512; 128
 # is the shortest measured (the probe's window of 32 rows must lie inside it).
 MIN_TAIL = 128
-DEFAULT_TAIL = 256
+DEFAULT_TAIL = 128
 SLIDING_WINDOW_TAIL = 512  # models with sliding-window layers (gemma3): the window itself
 
 # (architecture, n_layer, n_embd) -> measured split that keeps recall

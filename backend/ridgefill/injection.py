@@ -113,7 +113,7 @@ def torch_threads(n_threads: int):
 def one_torch_thread():
     """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
     fight llama.cpp's threads for the cores (measured 30× slower on a busy 2-core machine). The late
-    writes, gathered into few large blocks, take the engine's threads (late_writes)."""
+    writes, gathered into few large blocks, take the engine's threads (_write_late)."""
     return torch_threads(1)
 
 
