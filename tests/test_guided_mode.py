@@ -64,13 +64,20 @@ def test_the_probe_leaves_the_cache_as_it_found_it(engine):
     assert kl(ref, engine.last_logits()) < 1e-9
 
 
-def test_guided_with_every_bulk_row_selected_equals_off(engine):
-    toks = induction_prompt(engine, 2030)
+def exact_then_every_row_guided(engine, toks):
+    """(exact's last logits, the bulk row count, the report of guided with a budget covering every bulk
+    row) for `toks`."""
     engine.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     bulk = len(toks) - TAIL
-    full = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
-                             guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+    rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
+                            guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+    return ref, bulk, rep
+
+
+def test_guided_with_every_bulk_row_selected_equals_off(engine):
+    toks = induction_prompt(engine, 2030)
+    ref, bulk, full = exact_then_every_row_guided(engine, toks)
     assert full.mode == "guided" and full.exact_n == full.bulk_n == bulk, full.note
     assert {"probe", "score", "exact_rows"} <= set(full.breakdown_ms)
     assert seq_range(engine, 0) == (0, len(toks) - 1) and others_empty(engine)
@@ -203,12 +210,7 @@ def test_rows_made_exact_on_an_engine_whose_ubatch_is_smaller_than_its_batch(mod
 
     eng = Engine(EngineConfig(model_path, n_ctx=2560, n_batch=1024, n_ubatch=256))
     try:
-        toks = induction_prompt(eng, 2030)
-        eng.prefill(toks, reuse_prefix=False)
-        ref = eng.last_logits()
-        bulk = len(toks) - TAIL
-        rep = ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
-                                guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+        ref, bulk, rep = exact_then_every_row_guided(eng, induction_prompt(eng, 2030))
         assert rep.exact_n == rep.bulk_n == bulk and eng.cache.approximated() == [], rep.note
         cells = eng.cache.cells(list(range(bulk)))
         assert min(cells) >= 0 and len(set(cells)) == bulk  # every row's own cell is known
