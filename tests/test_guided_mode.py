@@ -143,11 +143,11 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
 
 
 def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch):
-    """Two runs that fit one batch cover the bulk but four rows: decoded together, the second would see
-    the first's approximate (zero-map) rows; decoded one after the other, it sees them exact, so its
-    late-layer keys are (nearly) exact's."""
+    """Two runs that fit one batch cover the bulk but four rows: decoded together as they are, the
+    second would see the first's approximate (zero-map) rows; with the batch's mask edited (run_mask),
+    or decoded one after the other, it sees them exact, so its late-layer keys are (nearly) exact's."""
     from backend.engine import Engine, EngineConfig
-    from backend.ridgefill import guided, selected_rows
+    from backend.ridgefill import guided, run_mask, selected_rows
     from backend.ridgefill.selected_rows import Run
     from backend.ridgefill.setup import ridgefill_setup
 
@@ -165,19 +165,32 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
             keys = late.rows()[eng.cache.cells(second)].astype(np.float32)
             return float(np.linalg.norm(keys - exact_keys) / np.linalg.norm(exact_keys))
 
+        decodes = []
+        decode_rows = eng.decode_rows
+        monkeypatch.setattr(eng, "decode_rows",  # (first position, rows) of each call
+                            lambda *a, **k: decodes.append((a[1][0], len(a[0]))) or decode_rows(*a, **k))
         monkeypatch.setattr(guided, "guided_runs", lambda *a, **k: [Run(0, 700), Run(704, bulk)])
         rep = ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
         assert rep.exact_n == bulk - 4 and eng.cache.approximated() == [700, 701, 702, 703]
-        chained = second_run_error()
+        assert (0, bulk - 4) in decodes and (0, 700) not in decodes  # both runs in one llama_decode
+        one_batch = second_run_error()
         assert kl(ref, eng.last_logits()) < 1e-2  # plumb's tolerance
+
+        monkeypatch.setattr(run_mask, "supported", lambda cells: False)
+        decodes.clear()
+        ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
+        assert (0, 700) in decodes and (704, bulk - 704) in decodes
+        run_after_run = second_run_error()
+
         batched = selected_rows.redecode_exact
         monkeypatch.setattr(selected_rows, "redecode_exact", lambda *a, **k: batched(*a, **{**k, "chained": False}))
         ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
         together = second_run_error()
         # measured at layer 25: 0.022 run after run (layer 5, below the split, shows 0.009 from the
-        # batch sizes alone), 0.30 with both runs in one batch
-        print(f"second run's layer-25 keys against exact's: {chained:.3f} run after run, {together:.3f} in one batch")
-        assert chained < 0.1 < together
+        # batch sizes alone), 0.30 with both runs in one batch as they are
+        print(f"second run's layer-25 keys against exact's: {one_batch:.3f} in one batch with the mask "
+              f"edited, {run_after_run:.3f} run after run, {together:.3f} in one batch as it is")
+        assert one_batch < 0.1 and run_after_run < 0.1 < together
     finally:
         eng.close()
 

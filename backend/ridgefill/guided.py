@@ -7,7 +7,8 @@ the layer's own Q path, RoPE at their true positions) meet every approximated bu
 read from the cache: softmax over the bulk per head and window row, summed over the window, max over
 heads (retrieval heads are few), average-pooled over neighbouring rows, combined over layers. The
 best rows, each with a window that reaches forward to the value it introduces, are decoded again
-through every layer, run after run (selected_rows.redecode_exact, chained), then the exact tail runs.
+through every layer, each run seeing the runs before it exact (selected_rows.redecode_exact, chained:
+one llama_decode whose mask run_mask edits), then the exact tail runs.
 
 Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
 instead of at their true positions: only the layers below the scoring layer see that shift.

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import Cancelled
+from . import run_mask
+from .cache_layout import LayoutRefused
 
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 MERGE_GAP = 3  # selected rows this close are decoded as one run, the rows between them included
@@ -80,11 +82,13 @@ def runs_of(positions, max_run: int) -> list[Run]:
 
 
 def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
-    """Runs grouped, in order, into llama_decode calls of at most `max_rows` rows and `max_runs` runs."""
+    """Runs grouped, in order, into llama_decode calls of at most `max_rows` rows and `max_runs` runs;
+    a run right after the one before it starts a new call (its sequence must end just before it)."""
     out: list[list[Run]] = []
     rows = 0
     for run in runs:
-        if not out or rows + len(run) > max_rows or len(out[-1]) >= max_runs:
+        touching = bool(out) and out[-1][-1].end == run.start
+        if not out or touching or rows + len(run) > max_rows or len(out[-1]) >= max_runs:
             out.append([])
             rows = 0
         out[-1].append(run)
@@ -97,12 +101,13 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs ~6x more per row at 4K tokens). `chained`: one run per llama_decode, in position order, so
-    each run sees the runs before it already exact (for a few long runs, as guided selects). Sequences
-    1.. are empty afterwards, whatever happens. `cells` (a cache_layout.CellTap): records where the new
-    rows landed, so they can be scored again."""
+    costs ~6x more per row at 4K tokens). `chained`: each run sees the runs before it already exact
+    (guided) - in one batch whose attention mask run_mask edits where `cells` (a CellTap) allows,
+    else one run per llama_decode. Sequences 1.. are empty afterwards, whatever happens. `cells`:
+    records where the new rows landed, so they can be scored again."""
+    one_batch = chained and cells is not None and run_mask.supported(cells)
     done = 0
-    groups = batches(runs, engine.ubatch_rows, 1 if chained else engine.n_seq - 1)
+    groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else engine.n_seq - 1)
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
@@ -110,6 +115,9 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
             toks, pos, seqs = [], [], []
             for s, run in enumerate(group, start=1):
                 engine.seq_copy(0, s, 0, run.start)  # its history: everything before the run
+                if one_batch:
+                    for before in group[: s - 1]:  # it sees their new rows instead (run_mask)
+                        engine.seq_remove(s, before.start, before.end)
                 toks += tokens[run.start : run.end]
                 pos += range(run.start, run.end)
                 seqs += [s] * len(run)
@@ -118,8 +126,11 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 engine.decode_rows(toks, pos, seqs)
             else:
                 cells.reset()
-                with engine.hooked(cells):
+                hook = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else cells
+                with engine.hooked(hook):
                     engine.decode_rows(toks, pos, seqs)
+                if one_batch and len(group) > 1 and (hook.error or not hook.edited):
+                    raise LayoutRefused(f"exact rows: {hook.error or 'the attention mask was not seen'}")
                 new_cells = cells.first_layer_cells()
             at = 0  # where each run's rows sit in the batch
             for s, run in enumerate(group, start=1):
