@@ -65,6 +65,8 @@ def test_runs_are_batched_by_rows_and_sequences():
     assert batches([a, b, c], max_rows=100, max_runs=2) == [[a, b], [c]]
     assert batches([a, b, c], max_rows=12, max_runs=9) == [[a], [b], [c]]
     assert batches([a, c], max_rows=10, max_runs=9) == [[a, c]] and batches([], 10, 9) == []
+    # a run that starts where the one before ends needs its own call: its sequence must end just before it
+    assert batches([a, Run(5, 8), c], max_rows=100, max_runs=9) == [[a], [Run(5, 8), c]]
 
 
 def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(engine):
