@@ -34,9 +34,10 @@ class GuidedParams:
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
-    # distinct places the question points to, made exact: 4 lost filler recall (29/47 against exact's
-    # 36/47 at S=12, T=128, p = 0.016; 6 places: 34/47 on the same items)
-    peaks: int = 6
+    # distinct places the question points to, made exact (S=12, T=128, filler, against exact): 4 lost
+    # recall (29/47 against 36/47, p = 0.016); 6 lost multivalue items (68/96 against 75/96, multivalue
+    # 12/32 against 18/32); 8 hold it (77/96, multivalue 20/32) for ~25 more rows a question
+    peaks: int = 8
     budget: int = 256  # rows made exact per question, at most
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
     # question's attention (a multi-value question spent 5 of 8 peaks on the needle task's own
