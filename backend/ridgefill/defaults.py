@@ -6,8 +6,8 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 - SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10.
 - Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
 `guided` mode (the default) makes the rows the question attends to exact, which moves SmolLM2's split
-down to 12: bulk-needle recall at 2K and 4K tokens, 48 items per haystack, at T = 128: 31/48 against
-exact's 27/48 in prose (p = 0.344) and 35/48 against 37/48 in filler (p = 0.625). S = 9 loses filler
+down to 12: bulk-needle recall at 2K and 4K tokens, at T = 128: 31/48 against exact's 27/48 in prose
+(p = 0.344) and 77/96 against 75/96 in filler (p = 0.688). S = 9 loses filler
 items (26/48 against 37/48 at T = 256, p = 0.001), so 12 it is (README: RidgeFill defaults). Gemma 3
 runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
@@ -17,8 +17,8 @@ the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
 made exact, the tail can be short: T = 256 kept guided's recall (16/24 as at T = 512, same items), and
-T = 128 keeps it on the 96 items above (66/96 against exact's 64/96; 68/96 at T = 256 with the earlier
-two-pass re-decode) while halving the tail's cost (about 1.8 s at 8,000 tokens).
+T = 128 kept it on 96 items (66/96 against exact's 64/96; 68/96 at T = 256 with the earlier two-pass
+re-decode) while halving the tail's cost (about 1.8 s at 8,000 tokens).
 Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
