@@ -21,6 +21,7 @@ from ..protocol import ProgressEvent
 from . import ggml_graph
 from .cache_layout import CellTap, LayoutRefused
 from .capture import capture_streams
+from .lower_skip import SplitStreams
 from .setup import RidgeFillSetup, ridgefill_setup
 
 log = logging.getLogger(__name__)
@@ -162,11 +163,13 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
         start = engine.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
         engine.truncate_cache(start)
     report.cache_n = start
+    kept: list[np.ndarray] | None = [] if plan.mode in ("quality", "guided") else None
     report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
-                              t0=t0)
+                              t0=t0, keep_streams=kept)
     pos = max(start, bulk_end)
     if plan.mode in ("quality", "guided"):
-        report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel)
+        streams = SplitStreams(setup.layout, plan.split, start, np.concatenate(kept)) if kept else None
+        report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):
         chunk_n = engine.ubatch_rows
         engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
@@ -200,10 +203,12 @@ class _LateRows:
 
 
 def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source,
-              phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
+              phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None,
+              keep_streams: list[np.ndarray] | None = None) -> int:
     """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
     late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
-    Cancelled between chunks, with the cache holding only rows whose late layers are written."""
+    Cancelled between chunks, with the cache holding only rows whose late layers are written.
+    `keep_streams` gets the streams entering the split, in position order, block by block."""
     setup = ridgefill_setup(engine)
     phases = phases or _Phases()
     t0 = time.perf_counter() if t0 is None else t0
@@ -221,6 +226,8 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
             pos += n
             if plan.write_late and (len(pending) >= LATE_BLOCK or pos == bulk_end):
                 _write_late(engine, setup, plan, pending, source, phases, swa_from)
+                if keep_streams is not None:
+                    keep_streams.extend(pending.h)
                 pending = _LateRows(pos)
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
@@ -286,9 +293,10 @@ def _write_late(engine, setup: RidgeFillSetup, plan, pending: _LateRows, source,
 
 
 def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
-                     phases: _Phases, cancel) -> int:
+                     phases: _Phases, cancel, streams: SplitStreams | None) -> int:
     """quality: rows chosen by token class; guided: rows the question attends to at layers below the
-    split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds)."""
+    split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
+    those this prefill's bulk pass computed skip the layers below the split (`streams`)."""
     from .selected_rows import redecode_exact, runs_of, select_runs
 
     if plan.mode == "quality":
@@ -308,5 +316,5 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
         # each run the new rows of the runs before it (run_mask) computes what a llama_decode per run
         # would, with the tiled attention kernel: at 8,000 tokens 131 rows took 1.6 s, not 2.9 s.
         n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout),
-                           chained=plan.mode == "guided")
+                           chained=plan.mode == "guided", streams=streams)
         return n

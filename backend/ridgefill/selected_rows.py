@@ -18,6 +18,7 @@ from typing import Callable
 from ..errors import Cancelled
 from . import run_mask
 from .cache_layout import LayoutRefused
+from .lower_skip import LowerLayersSkipped, SplitStreams
 
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 MERGE_GAP = 3  # selected rows this close are decoded as one run, the rows between them included
@@ -96,16 +97,30 @@ def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
     return out
 
 
+def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inner):
+    """The rows' old cells and a hook that skips their layers below the split, where `streams` has every
+    row's split stream and the cache knows every row's old cell; (None, None) else."""
+    stream = None if streams is None else streams.rows(positions)
+    if stream is None:
+        return None, None
+    old_cells = engine.cache.cells(positions)
+    if min(old_cells) < 0:
+        return None, None
+    return old_cells, LowerLayersSkipped(inner, streams.split, stream)
+
+
 def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
-                   cells=None, chained: bool = False) -> int:
+                   cells=None, chained: bool = False, streams: SplitStreams | None = None) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
     costs ~6x more per row at 4K tokens). `chained`: each run sees the runs before it already exact
     (guided) - in one batch whose attention mask run_mask edits where `cells` (a CellTap) allows,
     else one run per llama_decode. Sequences 1.. are empty afterwards, whatever happens. `cells`:
-    records where the new rows landed, so they can be scored again."""
-    one_batch = chained and cells is not None and run_mask.supported(cells)
+    records where the new rows landed, so they can be scored again. `streams`: the bulk pass's streams
+    entering the split; a batch whose rows all have one skips the layers below the split (lower_skip)."""
+    single_cache = cells is not None and run_mask.supported(cells)
+    one_batch = chained and single_cache
     done = 0
     groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else engine.n_seq - 1)
     try:
@@ -126,12 +141,21 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 engine.decode_rows(toks, pos, seqs)
             else:
                 cells.reset()
-                hook = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else cells
-                with engine.hooked(hook):
-                    engine.decode_rows(toks, pos, seqs)
-                if one_batch and len(group) > 1 and (hook.error or not hook.edited):
-                    raise LayoutRefused(f"exact rows: {hook.error or 'the attention mask was not seen'}")
+                mask = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else None
+                old_cells, skip = _lower_skip(engine, streams if single_cache else None, pos, mask or cells)
+                try:
+                    with engine.hooked(skip or mask or cells):
+                        engine.decode_rows(toks, pos, seqs)
+                finally:
+                    if skip is not None:
+                        skip.restore()
+                if mask is not None and len(group) > 1 and (mask.error or not mask.edited):
+                    raise LayoutRefused(f"exact rows: {mask.error or 'the attention mask was not seen'}")
+                if skip is not None and (skip.error or not skip.written):
+                    raise LayoutRefused(f"exact rows: {skip.error or 'the split stream was not written'}")
                 new_cells = cells.first_layer_cells()
+                if skip is not None:
+                    streams.copy_lower_kv(old_cells, new_cells)
             at = 0  # where each run's rows sit in the batch
             for s, run in enumerate(group, start=1):
                 engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
