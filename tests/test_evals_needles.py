@@ -105,3 +105,20 @@ def test_a_model_without_a_chat_template_is_cued_to_answer(small_engine, monkeyp
         assert len(tokens) == it.length
         for n in it.needles:
             assert small_engine.detokenize(tokens[n.start:n.end]).strip().endswith(f" is {n.value}.")
+
+
+def test_questions_about_real_documents_know_the_rows_of_their_answers(small_engine):
+    from backend.evals.document_questions import question_items
+    from backend.evals.selection import needed_rows
+
+    items = question_items(small_engine, "licences")
+    assert len(items) >= 20 and len({it.messages[0].content.split("\n\nQuestion:")[0] for it in items}) == 4
+    for it in items:
+        tokens = small_engine.prompt_tokens(it.request("off"))
+        assert len(tokens) == it.length
+        rows = needed_rows(small_engine, tokens, it)
+        assert rows == list(range(it.needles[0].start, it.needles[0].end))  # every row of the answer
+        assert small_engine.detokenize(tokens[rows[0]:rows[-1] + 1]).strip() == it.answers[0], it.id
+        assert it.region(128) == "bulk"  # approximated at the default tail
+    with pytest.raises(NeedleError, match="unknown question set"):
+        question_items(small_engine, "novels")

@@ -10,7 +10,8 @@ import llama_cpp
 import numpy as np
 import torch
 
-from backend.ridgefill.guided import GuidedParams, attention_scores, pooled, probe_streams, select
+from backend.ridgefill.guided import (GuidedParams, attention_scores, combined, contrasted, pooled, probe_streams,
+                                     select)
 from backend.ridgefill.plan import ridgefill_prefill
 from test_quality_mode import ZeroMaps, others_empty, seq_range
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
@@ -40,6 +41,52 @@ def test_scores_from_a_hand_made_attention_pattern_select_the_rows_it_points_at(
     own = keys[:w].clone()
     own[:, 1] = 8.0 * torch.ones(d) / d**0.5
     assert attention_scores(queries, keys, d, own)[137] < s[137]
+
+
+def test_a_line_break_ends_a_sentence_only_where_the_rule_says():
+    from backend.ridgefill.guided import sentence_ends
+
+    wrapped = ["You", " must", " cure", " it", " within", "\n", "thirty", " days", ".", " Then"]
+    assert sentence_ends(wrapped, "line")[0] == 5  # the line break
+    assert sentence_ends(wrapped, "wrap")[0] == 8  # the line goes on in lower case: to the full stop
+    assert sentence_ends(wrapped, "paragraph")[0] == 8
+    listed = ["-", " apples", " and", "\n", "-", " pears", "\n", "\n", "Next"]
+    assert sentence_ends(listed, "wrap")[0] == 3  # the next line is a new item
+    assert sentence_ends(listed, "paragraph")[0] == 6  # only the blank line
+    assert sentence_ends(wrapped, "wrap")[7] == 9  # none after: the last row
+
+
+def test_the_contrast_question_takes_off_what_every_question_looks_at():
+    """A 'magnet' row draws every question's attention (a structural head); the asked row draws only this
+    question's, and less of it. Scores as they are pick the magnet; minus the contrast question's, the
+    asked row."""
+    torch.manual_seed(0)
+    n, w, n_head, n_kv, d = 300, 8, 6, 2, 16
+    keys = torch.randn(n, n_kv, d) * 0.1
+    keys[50, 0] = 6.0 * torch.ones(d) / d**0.5  # the magnet, in KV group 0
+    keys[137, 1] = 3.0 * torch.ones(d) / d**0.5  # the asked row, in KV group 1
+    question, other = torch.randn(w, n_head, d) * 0.1, torch.randn(w, n_head, d) * 0.1
+    for q in (question, other):
+        q[:, 0] = 6.0 * torch.ones(d) / d**0.5  # head 0 (group 0) goes to the magnet whatever is asked
+    question[:, 4] = 3.0 * torch.ones(d) / d**0.5  # head 4 (group 1) goes to the asked row
+    per_layer = {7: attention_scores(question, keys, d)}
+    per_layer_other = {7: attention_scores(other, keys, d)}
+    assert int(combined(per_layer, [7], 5).argmax()) in range(48, 53)
+    assert int(contrasted(per_layer, per_layer_other, [7], 5).argmax()) in range(135, 140)
+
+
+def test_the_contrast_prompt_asks_its_own_question_in_the_same_frame(engine):
+    from backend.documents import document_messages
+    from backend.protocol import CompletionRequest
+    from backend.ridgefill.guided import CONTRAST_QUESTION, contrast_prompt
+
+    doc = engine.detokenize(induction_prompt(engine, 600)[1:])
+    toks = engine.prompt_tokens(CompletionRequest(messages=document_messages(doc, "Who kept the lighthouse?")))
+    other = contrast_prompt(engine, toks, 32)
+    assert other[: len(toks) - 32] == toks[: len(toks) - 32]  # the document as it is
+    text, own = engine.detokenize(other[-32:]), engine.detokenize(toks[-32:])
+    header = own.split("lighthouse?")[-1]  # the template's end of turn and assistant header
+    assert f"Question: {CONTRAST_QUESTION}{header}" in text and text.endswith(header) and "lighthouse" not in text
 
 
 def _state(engine):
@@ -106,11 +153,12 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine):
     assert again.cache_n == len(first) and again.exact_n < rep1.exact_n // 2
     # a follow-up about another fact (after the answer) re-decodes rows, none of them exact before
     engine.truncate_cache(len(first))
+    exact_before = set(range(len(first) - TAIL)) - set(engine.cache.approximated())
     follow = first + engine.tokenize("4729185.\n\nThanks. What is the locker code for the blue gate? ",
                                      add_special=False)
     rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
     assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
-    newly = set(range(len(first) - TAIL)) - set(engine.cache.approximated()) - exact_after_first
+    newly = set(range(len(first) - TAIL)) - set(engine.cache.approximated()) - exact_before
     assert len(newly) == rep2.exact_n
     gate_at = 300 + len(owl) + 800
     code = set(range(gate_at + len(gate) - 9, gate_at + len(gate) - 2))  # "1122334." after the key
@@ -127,14 +175,14 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
     bulk_item = build_item(engine, length=1536, depth=0.3, variant="single", haystack=hay)
     tail_item = build_item(engine, length=1536, depth=0.95, variant="single", haystack=hay)
     grid = selection.Grid(windows=(32,), layer_sets=((7,), (2,)), variants=(("max", "bulk+window"),),
-                          pools=(5,), forwards=("sentence",), peaks=(6,))
+                          pools=(5,), forwards=("wrap",), peaks=(6,))
     out = tmp_path / "hits.jsonl"
     recs = selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid)
     assert [r["bulk"] for r in recs] == [True, False]  # a needle in the exact tail is not scored
     hits = recs[0]["hits"]
     # layer 7 holds SmolLM2's retrieval heads (the README's hit-rate table); layer 2's ranking is poor
-    assert hits["W32|L7|max|bulk+window|p5|fsentence|k6"]["hit"]
-    assert 0 < hits["W32|L7|max|bulk+window|p5|fsentence|k6"]["rows"] <= GuidedParams().budget
+    for key in ("W32|L7|max|bulk+window|p5|fwrap|k6", "W32|L7|max|bulk+window|p5|fwrap|k6|contrast"):
+        assert hits[key]["hit"] and 0 < hits[key]["rows"] <= GuidedParams().budget
     assert recs[0]["best_rank"]["W32|L7|max|bulk+window|p5|f-|k0"] < recs[0]["best_rank"]["W32|L2|max|bulk+window|p5|f-|k0"]
     assert engine.cache.approximated() == [] and others_empty(engine)
     # a second run reads the file instead of measuring again

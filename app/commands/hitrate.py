@@ -1,6 +1,6 @@
 """`python -m app hitrate`: how often guided mode's selected rows hold the asked needle (no generation).
 
-Example: python -m app hitrate --lengths 2048,4096,8000 --haystacks corpus,filler,ledger --out h.jsonl
+Example: python -m app hitrate --lengths 2048,4096,8000 --haystacks corpus,filler,ledger,licences --out h.jsonl
 """
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 
 from app.commands.common import open_engine
 from app.commands.evals_common import add_split_tail, float_list, int_list, say, split_tail, str_list
+from backend.evals.document_questions import QUESTION_SETS, question_items
 from backend.evals.haystacks import load_haystack
 from backend.evals.needles import VARIANTS, make_items
 from backend.evals.selection import run_hit_rate, summarise
@@ -18,7 +19,8 @@ def register(sub) -> None:
     p.add_argument("--lengths", type=int_list, default=[2048, 4096, 8000])
     p.add_argument("--depths", type=float_list, default=[0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9])
     p.add_argument("--variants", type=str_list, default=list(VARIANTS))
-    p.add_argument("--haystacks", type=str_list, default=["corpus", "filler", "ledger"])
+    p.add_argument("--haystacks", type=str_list, default=["corpus", "filler", "ledger", "licences"],
+                   help="needle haystacks (corpus, filler, ledger) and licences: questions about real licence texts")
     add_split_tail(p)  # the scoring layers must lie below the split
     p.add_argument("--top", type=int, default=25, help="configurations to print, best first")
     p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")
@@ -30,8 +32,9 @@ def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
     items = [it for h in args.haystacks
-             for it in make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
-                                  haystack=load_haystack(h))]
+             for it in (question_items(engine, h) if h in QUESTION_SETS else
+                        make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
+                                   haystack=load_haystack(h)))]
     items.sort(key=lambda it: (it.length, it.depth, it.variant))  # every haystack early in a long run
     say(f"{len(items)} items on {engine.info.name}; split {split}, tail {tail}; results -> {args.out}")
 

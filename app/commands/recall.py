@@ -9,6 +9,7 @@ import json
 from app.commands.common import open_engine
 from app.commands.evals_common import add_split_tail, float_list, haystack_of, int_list, say, split_tail, str_list
 from backend.evals.compare import accuracy, by_condition, compare, recall_records
+from backend.evals.document_questions import QUESTION_SETS, question_items
 from backend.evals.needles import VARIANTS, make_items
 from backend.evals.recall import run_recall
 from backend.ridgefill.defaults import DEFAULT_MODE
@@ -20,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--lengths", type=int_list, default=[2048], help="prompt lengths in tokens, e.g. 2048,4096")
     p.add_argument("--depths", type=float_list, default=[0.1, 0.3, 0.5], help="needle depths (0..1), e.g. 0.1,0.5")
     p.add_argument("--variants", type=str_list, default=["single"], help=f"comma-separated: {','.join(VARIANTS)}")
-    p.add_argument("--haystack", default="filler", help="filler (default), corpus, or a text file")
+    p.add_argument("--haystack", default="filler",
+                   help="filler (default), corpus, ledger, a text file, or licences (questions about real licence texts)")
     add_split_tail(p)
     p.add_argument("--modes", type=str_list, default=["off", DEFAULT_MODE], help=f"modes to run (default off,{DEFAULT_MODE})")
     p.add_argument("--reps", type=int, default=1, help="items per length/depth/variant (different keys and values)")
@@ -33,8 +35,11 @@ def register(sub) -> None:
 def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
-    items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
-                       haystack=haystack_of(args), reps=args.reps, seed=args.seed)
+    if args.haystack in QUESTION_SETS:  # questions about real documents: their own lengths and places
+        items = question_items(engine, args.haystack)
+    else:
+        items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
+                           haystack=haystack_of(args), reps=args.reps, seed=args.seed)
     say(f"{len(items)} items x {len(args.modes)} modes on {engine.info.name}; split {split}, tail {tail}; "
         f"results -> {args.out}")
 

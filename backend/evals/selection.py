@@ -3,7 +3,8 @@
 No generation: for each needle item, the bulk pass (layers below the split, the graph cut there, no
 late writes: scoring reads only exact lower-layer keys), then one probe per window size capturing the
 stream entering every layer below the split, then, for each configuration (window, scoring layers,
-head pooling, row pooling, forward window, budget), the rows guided mode would select. A hit: every
+head pooling, row pooling, contrast question or not, forward window, budget), the rows guided mode would
+select. A hit: every
 row from the asked needle's key to the end of its value is selected (all asked needles, multivalue).
 Results go to a JSONL file, one line per item, so a long run resumes.
 """
@@ -19,7 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import Cancelled
-from ..ridgefill.guided import GuidedParams, combined, layer_scores, probe_streams, select, sentence_ends
+from ..ridgefill.guided import (NEWLINE_RULES, GuidedParams, combined, contrast_prompt, contrasted, layer_scores,
+                               probe_streams, select, sentence_ends)
 from ..ridgefill.injection import bulk_pass, one_torch_thread
 from ..ridgefill.plan import RidgeFillPlan
 from ..ridgefill.setup import ridgefill_setup
@@ -34,14 +36,19 @@ class Grid:
     # window's own earlier rows; the other two are ablations, run at window 32 and layer 7 only.
     variants: tuple[tuple[str, str], ...] = (("max", "bulk+window"), ("sum", "bulk+window"), ("max", "bulk"))
     pools: tuple[int, ...] = (1, 5)
-    forwards: tuple[str, ...] = ("20", "sentence")  # a fixed 20 rows, or to the sentence's end (at most 40)
+    # a fixed 20 rows, or to the sentence's end (at most 40) with line breaks read by one of
+    # guided.NEWLINE_RULES (the needle haystacks have none: the licence texts are hard-wrapped)
+    forwards: tuple[str, ...] = ("20", "line", "wrap", "paragraph")
     peaks: tuple[int, ...] = (4, 6, 8)
+    # scores as they are, or minus a question about nothing in particular's (guided.contrast_prompt);
+    # the contrast is run with the design's heads and softmax only
+    contrasts: tuple[bool, ...] = (False, True)
     back: int = 4
     budget: int = 256
 
 
-def config_key(w, layers, head, norm, pool, fwd, peaks) -> str:
-    return f"W{w}|L{'-'.join(map(str, layers))}|{head}|{norm}|p{pool}|f{fwd}|k{peaks}"
+def config_key(w, layers, head, norm, pool, fwd, peaks, contrast: bool = False) -> str:
+    return f"W{w}|L{'-'.join(map(str, layers))}|{head}|{norm}|p{pool}|f{fwd}|k{peaks}" + ("|contrast" if contrast else "")
 
 
 def needed_rows(engine, tokens: list[int], item: NeedleItem) -> list[int]:
@@ -72,33 +79,38 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
     with one_torch_thread():
         bulk_pass(engine, plan, tokens, 0, bulk_end, None)
         candidates = list(range(bulk_end))
-        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]])
+        pieces = [engine.token_text(t) for t in tokens[:bulk_end]]
+        ends = {rule: sentence_ends(pieces, rule) for rule in grid.forwards if rule in NEWLINE_RULES}
         layers = sorted({il for ls in grid.layer_sets for il in ls if il < split})
         hits, ranks = {}, {}
         for w in grid.windows:
             streams = probe_streams(engine, tokens, layers, w)
+            per_layer_other = None
+            if any(grid.contrasts):
+                other = contrast_prompt(engine, tokens, w)
+                per_layer_other = layer_scores(engine, setup, other, candidates, probe_streams(engine, other, layers, w))
             for head, norm in grid.variants:
                 ablation = (head, norm) != grid.variants[0]
                 if ablation and w != 32:
                     continue
                 per_layer = layer_scores(engine, setup, tokens, candidates, streams, heads=head,
                                          with_window=norm == "bulk+window")
-                for ls, pool in itertools.product(grid.layer_sets, grid.pools):
-                    if max(ls) >= split or (ablation and ls != (7,)):
+                for ls, pool, contrast in itertools.product(grid.layer_sets, grid.pools, grid.contrasts):
+                    if max(ls) >= split or (ablation and (ls != (7,) or contrast)):
                         continue
-                    score = combined(per_layer, ls, pool)
+                    score = contrasted(per_layer, per_layer_other, ls, pool) if contrast else combined(per_layer, ls, pool)
                     order = torch.argsort(score, descending=True)
                     rank_of = torch.empty_like(order)
                     rank_of[order] = torch.arange(len(order))
-                    ranks[config_key(w, ls, head, norm, pool, "-", 0)] = int(rank_of[need].min())
+                    ranks[config_key(w, ls, head, norm, pool, "-", 0, contrast)] = int(rank_of[need].min())
                     for fwd, peaks in itertools.product(grid.forwards, grid.peaks):
-                        sentence = fwd == "sentence"
+                        sentence = fwd in NEWLINE_RULES
                         p = GuidedParams(window=w, pool=pool, back=grid.back, forward=40 if sentence else int(fwd),
                                          peaks=peaks, budget=grid.budget)
                         runs = select(candidates, score, bulk_end, p, engine.ubatch_rows,
-                                      ends if sentence else None)
+                                      ends[fwd] if sentence else None)
                         chosen = {q for r in runs for q in range(r.start, r.end)}
-                        hits[config_key(w, ls, head, norm, pool, fwd, peaks)] = {
+                        hits[config_key(w, ls, head, norm, pool, fwd, peaks, contrast)] = {
                             "hit": all(q in chosen for q in need), "rows": len(chosen)}
     engine.truncate_cache(0)
     return {"id": item.id, "bulk": True, "length": item.length, "depth": item.depth, "variant": item.variant,

@@ -6,6 +6,7 @@ the cache is left as it was). At each scoring layer, their queries (the captured
 the layer's own Q path, RoPE at their true positions) meet every approximated bulk row's exact key,
 read from the cache: softmax over the bulk per head and window row, summed over the window, max over
 heads (retrieval heads are few), average-pooled over neighbouring rows, combined over layers. The
+same scores for a question about nothing in particular are taken off (what every question looks at). The
 best rows, each with a window that reaches forward to the value it introduces, are decoded again
 through every layer, each run seeing the runs before it exact (selected_rows.redecode_exact, chained:
 one llama_decode whose mask run_mask edits), then the exact tail runs.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..protocol import ChatMessage
 from .cache_layout import LayoutRefused
 from .capture import StreamTap
 from .selected_rows import Run, runs_of
@@ -44,22 +46,45 @@ class GuidedParams:
     # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
     # peaks held all three).
     head: int = 64
+    # The question's scores minus a question about nothing in particular (CONTRAST_QUESTION), each
+    # scaled to a maximum of 1: what any question looks at (paragraph starts, a few "magnet" sentences,
+    # recent rows) drops out. On 16 questions about 4 real licence texts (2,300-4,100 tokens), the rows
+    # of the answer were within the first 8 places in 1/16 without it, 14/16 with it.
+    contrast: bool = True
+    newlines: str = "wrap"  # which line breaks end a sentence (sentence_ends)
 
     def scoring_layers(self, n_layer: int, split: int) -> list[int]:
         return sorted({min(split - 1, max(1, round(f * n_layer))) for f in self.layers})
 
 
 DEFAULT = GuidedParams()
-SENTENCE_END = (".", "?", "!", "\n")
+CONTRAST_QUESTION = "What does the document say?"
+SENTENCE_END = (".", "?", "!")
+NEWLINE_RULES = ("line", "wrap", "paragraph")
 
 
-def sentence_ends(pieces: list[str]) -> list[int]:
-    """For each row p, the first row from p + 2 on whose text ends a sentence (the last row if none)."""
+def sentence_ends(pieces: list[str], newlines: str = "wrap") -> list[int]:
+    """For each row p, the first row from p + 2 on whose text ends a sentence (the last row if none):
+    one with . ? or !, a blank line, or a line break where `newlines` says so: every one ("line"), one
+    whose next line does not go on in lower case ("wrap": hard-wrapped prose breaks lines mid-sentence),
+    or none ("paragraph")."""
     n = len(pieces)
     next_end = [n - 1] * (n + 2)
     for q in range(n - 1, -1, -1):
-        next_end[q] = q if any(c in pieces[q] for c in SENTENCE_END) else next_end[q + 1]
+        next_end[q] = q if _ends_sentence(pieces, q, newlines) else next_end[q + 1]
     return [next_end[min(p + 2, n)] for p in range(n)]
+
+
+def _ends_sentence(pieces: list[str], q: int, newlines: str) -> bool:
+    piece = pieces[q]
+    if any(c in piece for c in SENTENCE_END) or "\n\n" in piece:
+        return True
+    if "\n" not in piece:
+        return False
+    after = (piece.rsplit("\n", 1)[1] + "".join(pieces[q + 1 : q + 3])).lstrip(" \t")
+    if after.startswith("\n") or newlines == "line":  # a blank line, or every line break
+        return True
+    return newlines == "wrap" and not after[:1].islower()  # wrap: goes on if the next line starts in lower case
 
 
 def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> dict[int, np.ndarray]:
@@ -136,9 +161,31 @@ def combined(per_layer: dict[int, torch.Tensor], layers, pool: int) -> torch.Ten
 
 
 def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
-               params: GuidedParams) -> torch.Tensor:
-    """One score per candidate row, combined over the scoring layers."""
-    return combined(layer_scores(engine, setup, tokens, candidates, streams), list(streams), params.pool)
+               params: GuidedParams, contrast: tuple[list[int], dict[int, np.ndarray]] | None = None) -> torch.Tensor:
+    """One score per candidate row, combined over the scoring layers; minus the same for the contrast
+    question (its prompt and probe streams), where given."""
+    per_layer = layer_scores(engine, setup, tokens, candidates, streams)
+    if contrast is None:
+        return combined(per_layer, list(streams), params.pool)
+    other_tokens, other_streams = contrast
+    return contrasted(per_layer, layer_scores(engine, setup, other_tokens, candidates, other_streams),
+                      list(streams), params.pool)
+
+
+def contrasted(per_layer: dict[int, torch.Tensor], per_layer_other: dict[int, torch.Tensor], layers,
+               pool: int) -> torch.Tensor:
+    """The question's combined scores minus the contrast question's, each scaled to a maximum of 1."""
+    return combined(per_layer, layers, pool) - combined(per_layer_other, layers, pool)
+
+
+def contrast_prompt(engine, tokens: list[int], window: int) -> list[int]:
+    """The prompt as it would be if its last turn ended with CONTRAST_QUESTION instead of the user's
+    question: the rows before the window, then the question and the chat template's assistant header
+    (the probe reads only the last `window` rows)."""
+    mark = "\u2063"  # an invisible separator no template writes
+    turn_end = engine.format_chat([ChatMessage("user", mark)]).split(mark)[-1]
+    ask = engine.tokenize(f"\n\nQuestion: {CONTRAST_QUESTION}{turn_end}", add_special=False, parse_special=True)
+    return tokens[: len(tokens) - window] + ask[-window:]
 
 
 def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
@@ -172,7 +219,11 @@ def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
     layers = params.scoring_layers(engine.info.n_layer, plan.split)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
+        contrast = None
+        if params.contrast:
+            other = contrast_prompt(engine, tokens, params.window)
+            contrast = (other, probe_streams(engine, other, layers, params.window))
     with phases("score"):
-        scores = score_rows(engine, setup, tokens, candidates, streams, params)
-        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]])
+        scores = score_rows(engine, setup, tokens, candidates, streams, params, contrast)
+        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
     return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends)

@@ -1,0 +1,57 @@
+"""Questions about real documents (backend/data/questions), as items the needle evals can run.
+
+Each question is one chat prompt made as the app makes it (document_messages), and its answer phrase is
+the one "needle": the prompt rows it covers are found from the tokens' text, so the selection hit rate
+(evals.selection) checks those rows, and recall checks the reply for the phrase. The licence texts are
+long, hard-wrapped legal prose whose answers are ordinary words in ordinary sentences: what the needle
+haystacks do not have.
+"""
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+
+from ..documents import document_messages
+from ..protocol import CompletionRequest
+from .needles import Needle, NeedleError, NeedleItem
+
+QUESTION_SETS = ("licences",)
+
+
+def questions_dir() -> Path:
+    return Path(str(files("backend").joinpath("data", "questions")))
+
+
+def question_items(engine, name: str = "licences") -> list[NeedleItem]:
+    """One item per question of the set `name`, in file order."""
+    if name not in QUESTION_SETS:
+        raise NeedleError(f"unknown question set {name!r}; choose from {', '.join(QUESTION_SETS)}")
+    items = []
+    for i, q in enumerate(json.loads((questions_dir() / f"{name}.json").read_text(encoding="utf-8"))):
+        document = (questions_dir() / q["document"]).read_text(encoding="utf-8")
+        messages = document_messages(document, q["question"])
+        tokens = engine.prompt_tokens(CompletionRequest(messages=messages))
+        start, end = answer_rows(engine, tokens, q["answer"], q.get("after"))
+        # the hit rate wants every row from the needle's key on: here the answer's first piece
+        needle = Needle(key=engine.token_text(tokens[start]).strip(), value=q["answer"], start=start, end=end,
+                        asked=True)
+        items.append(NeedleItem(
+            id=f"{name}/{i:02d}", variant="question", length=len(tokens), depth=round(start / len(tokens), 3),
+            haystack=name, seed=0, rep=0, key=q["answer"], answers=[q["answer"]], needles=[needle],
+            messages=messages, max_tokens=32))
+    return items
+
+
+def answer_rows(engine, tokens: list[int], answer: str, after: str | None = None) -> tuple[int, int]:
+    """The prompt rows [start, end) whose text holds `answer` (its first occurrence after `after`)."""
+    pieces = [engine.token_text(t) for t in tokens]
+    starts, text = [], ""
+    for piece in pieces:
+        starts.append(len(text))
+        text += piece
+    at = text.find(answer, text.find(after) if after else 0)
+    if at < 0 or (after and text.find(after) < 0):
+        raise NeedleError(f"the answer {answer!r} is not in the prompt")
+    rows = [i for i, s in enumerate(starts) if s < at + len(answer) and s + len(pieces[i]) > at]
+    return rows[0], rows[-1] + 1
