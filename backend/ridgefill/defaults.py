@@ -6,9 +6,9 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 - SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10.
 - Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
 `guided` mode (the default) makes the rows the question attends to exact, which moves SmolLM2's split
-down to 12: bulk-needle recall at 2K and 4K tokens, at T = 128: 31/48 against exact's 27/48 in prose
-(p = 0.344) and 77/96 against 75/96 in filler (p = 0.688). S = 9 loses filler
-items (26/48 against 37/48 at T = 256, p = 0.001), so 12 it is (README: RidgeFill defaults). Gemma 3
+down to 12: bulk-needle recall at 2K and 4K tokens, at T = 128: 28/48 against exact's 27/48 in prose
+(p = 1.0) and 73/96 against 75/96 in filler (p = 0.754). S = 9 lost filler items (26/48 against 37/48
+at T = 256, p = 0.001, before the contrast question), so 12 it is (README: RidgeFill defaults). Gemma 3
 runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:

@@ -7,9 +7,10 @@ the layer's own Q path, RoPE at their true positions) meet every approximated bu
 read from the cache: softmax over the bulk per head and window row, summed over the window, max over
 heads (retrieval heads are few), average-pooled over neighbouring rows, combined over layers. The
 same scores for a question about nothing in particular are taken off (what every question looks at). The
-best rows, each with a window that reaches forward to the value it introduces, are decoded again
-through every layer, each run seeing the runs before it exact (selected_rows.redecode_exact, chained:
-one llama_decode whose mask run_mask edits), then the exact tail runs.
+best rows, then a few by the question's own scores, each with a window that reaches forward to the value
+it introduces, are decoded again through every layer, each run seeing the runs before it exact
+(selected_rows.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
+split are not run again: lower_skip), then the exact tail runs.
 
 Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
 instead of at their true positions: only the layers below the scoring layer see that shift.
@@ -36,9 +37,9 @@ class GuidedParams:
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
-    # distinct places the question points to, made exact (S=12, T=128, filler, against exact): 4 lost
-    # recall (29/47 against 36/47, p = 0.016); 6 lost multivalue items (68/96 against 75/96, multivalue
-    # 12/32 against 18/32); 8 hold it (77/96, multivalue 20/32) for ~25 more rows a question
+    # distinct places the question points to, made exact (measured before the contrast question; S=12,
+    # T=128, filler, against exact): 4 lost recall (29/47 against 36/47, p = 0.016); 6 lost multivalue
+    # items (68/96 against 75/96, multivalue 12/32 against 18/32); 8 held it (77/96, multivalue 20/32)
     peaks: int = 8
     budget: int = 256  # rows made exact per question, at most
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
@@ -46,12 +47,17 @@ class GuidedParams:
     # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
     # peaks held all three).
     head: int = 64
-    # The question's scores minus a question about nothing in particular (CONTRAST_QUESTION), each
+    # The question's scores minus a question about nothing in particular's (CONTRAST_QUESTION), each
     # scaled to a maximum of 1: what any question looks at (paragraph starts, a few "magnet" sentences,
-    # recent rows) drops out. On 16 questions about 4 real licence texts (2,300-4,100 tokens), the rows
-    # of the answer were within the first 8 places in 1/16 without it, 14/16 with it.
+    # recent rows) drops out. Answer rows selected (8 places), 23 questions about 4 real licence texts:
+    # 19 with it, 3 without; needle items 156/165 with it, 129/165 without (README: selection hit rate).
     contrast: bool = True
-    newlines: str = "wrap"  # which line breaks end a sentence (sentence_ends)
+    newlines: str = "wrap"  # which line breaks end a sentence (sentence_ends): 19/23 licence answers, "line" 15
+    # Then places by the question's own scores, without the contrast: what every question looks at,
+    # which in a needle haystack is every needle. The contrast alone lost filler multikey items in
+    # generation (70/96 against exact's 75/96: each rival needle left approximate); with 4 such places
+    # 73/96 (README: recall).
+    also_peaks: int = 4
 
     def scoring_layers(self, n_layer: int, split: int) -> list[int]:
         return sorted({min(split - 1, max(1, round(f * n_layer))) for f in self.layers})
@@ -161,15 +167,17 @@ def combined(per_layer: dict[int, torch.Tensor], layers, pool: int) -> torch.Ten
 
 
 def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
-               params: GuidedParams, contrast: tuple[list[int], dict[int, np.ndarray]] | None = None) -> torch.Tensor:
-    """One score per candidate row, combined over the scoring layers; minus the same for the contrast
-    question (its prompt and probe streams), where given."""
+               params: GuidedParams, contrast: tuple[list[int], dict[int, np.ndarray]] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per candidate row: the score that ranks it (minus the contrast question's, where given) and the
+    question's own score, each combined over the scoring layers."""
     per_layer = layer_scores(engine, setup, tokens, candidates, streams)
+    own = combined(per_layer, list(streams), params.pool)
     if contrast is None:
-        return combined(per_layer, list(streams), params.pool)
+        return own, own
     other_tokens, other_streams = contrast
     return contrasted(per_layer, layer_scores(engine, setup, other_tokens, candidates, other_streams),
-                      list(streams), params.pool)
+                      list(streams), params.pool), own
 
 
 def contrasted(per_layer: dict[int, torch.Tensor], per_layer_other: dict[int, torch.Tensor], layers,
@@ -189,23 +197,26 @@ def contrast_prompt(engine, tokens: list[int], window: int) -> list[int]:
 
 
 def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
-           ends: list[int] | None = None) -> list[Run]:
+           ends: list[int] | None = None, also: torch.Tensor | None = None) -> list[Run]:
     """Peaks first: the best row not yet covered (from row `head` on), with `back` rows before it and the
     rows after it to the end of its sentence (`ends`, at most `forward`), until `peaks` places or
-    `budget` rows."""
+    `budget` rows; then `also_peaks` more places by the scores `also`, where given."""
     chosen: set[int] = set()
-    taken = 0
-    for i in torch.argsort(scores, descending=True).tolist():
-        if taken >= params.peaks or len(chosen) >= params.budget:
-            break
-        p = candidates[i]
-        if p in chosen or p < params.head:
+    for ranking, places in ((scores, params.peaks), (also, params.also_peaks)):
+        if ranking is None or places <= 0:
             continue
-        last = min(bulk_end - 1, p + params.forward)
-        if ends is not None:
-            last = min(last, max(ends[p], p))
-        chosen.update(range(max(0, p - params.back), last + 1))
-        taken += 1
+        taken = 0
+        for i in torch.argsort(ranking, descending=True).tolist():
+            if taken >= places or len(chosen) >= params.budget:
+                break
+            p = candidates[i]
+            if p in chosen or p < params.head:
+                continue
+            last = min(bulk_end - 1, p + params.forward)
+            if ends is not None:
+                last = min(last, max(ends[p], p))
+            chosen.update(range(max(0, p - params.back), last + 1))
+            taken += 1
     return runs_of(chosen, max_run)
 
 
@@ -224,6 +235,6 @@ def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
             other = contrast_prompt(engine, tokens, params.window)
             contrast = (other, probe_streams(engine, other, layers, params.window))
     with phases("score"):
-        scores = score_rows(engine, setup, tokens, candidates, streams, params, contrast)
+        scores, own = score_rows(engine, setup, tokens, candidates, streams, params, contrast)
         ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
-    return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends)
+    return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)
