@@ -43,6 +43,7 @@ class Grid:
     # scores as they are, or minus a question about nothing in particular's (guided.contrast_prompt);
     # the contrast is run with the design's heads and softmax only
     contrasts: tuple[bool, ...] = (False, True)
+    also_peaks: tuple[int, ...] = (0, 4)  # with the contrast: then places by the question's own scores
     back: int = 4
     budget: int = 256
 
@@ -103,15 +104,18 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
                     rank_of = torch.empty_like(order)
                     rank_of[order] = torch.arange(len(order))
                     ranks[config_key(w, ls, head, norm, pool, "-", 0, contrast)] = int(rank_of[need].min())
-                    for fwd, peaks in itertools.product(grid.forwards, grid.peaks):
+                    own = combined(per_layer, ls, pool)
+                    for fwd, peaks, also in itertools.product(grid.forwards, grid.peaks, grid.also_peaks):
+                        if also and not contrast:
+                            continue
                         sentence = fwd in NEWLINE_RULES
                         p = GuidedParams(window=w, pool=pool, back=grid.back, forward=40 if sentence else int(fwd),
-                                         peaks=peaks, budget=grid.budget)
+                                         peaks=peaks, budget=grid.budget, also_peaks=also)
                         runs = select(candidates, score, bulk_end, p, engine.ubatch_rows,
-                                      ends[fwd] if sentence else None)
+                                      ends[fwd] if sentence else None, also=own)
                         chosen = {q for r in runs for q in range(r.start, r.end)}
-                        hits[config_key(w, ls, head, norm, pool, fwd, peaks, contrast)] = {
-                            "hit": all(q in chosen for q in need), "rows": len(chosen)}
+                        key = config_key(w, ls, head, norm, pool, fwd, peaks, contrast) + (f"+own{also}" if also else "")
+                        hits[key] = {"hit": all(q in chosen for q in need), "rows": len(chosen)}
     engine.truncate_cache(0)
     return {"id": item.id, "bulk": True, "length": item.length, "depth": item.depth, "variant": item.variant,
             "haystack": item.haystack, "needle_pos": item.needle_pos, "bulk_end": bulk_end, "hits": hits,

@@ -41,7 +41,7 @@ class GuidedParams:
     # T=128, filler, against exact): 4 lost recall (29/47 against 36/47, p = 0.016); 6 lost multivalue
     # items (68/96 against 75/96, multivalue 12/32 against 18/32); 8 held it (77/96, multivalue 20/32)
     peaks: int = 8
-    budget: int = 256  # rows made exact per question, at most
+    budget: int = 256  # no place is taken once this many rows are (the last one is taken whole)
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
     # question's attention (a multi-value question spent 5 of 8 peaks on the needle task's own
     # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
