@@ -1,7 +1,7 @@
 """Questions about real documents (backend/data/questions), as items the needle evals can run.
 
 Each question is one chat prompt made as the app makes it (document_messages), and its answer phrase is
-the one "needle": the prompt rows it covers are found from the tokens' text, so the selection hit rate
+the one "needle": the prompt rows it covers are found as the needles' are (token_spans), so the hit rate
 (evals.selection) checks those rows, and recall checks the reply for the phrase. The licence texts are
 long, hard-wrapped legal prose whose answers are ordinary words in ordinary sentences: what the needle
 haystacks do not have.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..documents import document_messages
 from ..protocol import CompletionRequest
-from .needles import Needle, NeedleError, NeedleItem
+from .needles import Needle, NeedleError, NeedleItem, token_spans
 
 QUESTION_SETS = ("licences",)
 
@@ -32,7 +32,7 @@ def question_items(engine, name: str = "licences") -> list[NeedleItem]:
         document = (questions_dir() / q["document"]).read_text(encoding="utf-8")
         messages = document_messages(document, q["question"])
         tokens = engine.prompt_tokens(CompletionRequest(messages=messages))
-        start, end = answer_rows(engine, tokens, q["answer"], q.get("after"))
+        start, end = answer_rows(engine, messages, tokens, q["answer"], q.get("after"))
         # the hit rate wants every row from the needle's key on: here the answer's first piece
         needle = Needle(key=engine.token_text(tokens[start]).strip(), value=q["answer"], start=start, end=end,
                         asked=True)
@@ -43,15 +43,10 @@ def question_items(engine, name: str = "licences") -> list[NeedleItem]:
     return items
 
 
-def answer_rows(engine, tokens: list[int], answer: str, after: str | None = None) -> tuple[int, int]:
-    """The prompt rows [start, end) whose text holds `answer` (its first occurrence after `after`)."""
-    pieces = [engine.token_text(t) for t in tokens]
-    starts, text = [], ""
-    for piece in pieces:
-        starts.append(len(text))
-        text += piece
+def answer_rows(engine, messages, tokens: list[int], answer: str, after: str | None = None) -> tuple[int, int]:
+    """The prompt rows [start, end) that hold `answer` (its first occurrence after `after`)."""
+    text = engine.format_chat(messages)
     at = text.find(answer, text.find(after) if after else 0)
     if at < 0 or (after and text.find(after) < 0):
         raise NeedleError(f"the answer {answer!r} is not in the prompt")
-    rows = [i for i, s in enumerate(starts) if s < at + len(answer) and s + len(pieces[i]) > at]
-    return rows[0], rows[-1] + 1
+    return token_spans(engine, text, tokens, [(at, at + len(answer))])[0]

@@ -180,7 +180,7 @@ def _content(hay: _TokenHaystack, start: int, end: int, placed: list[tuple[int, 
     return head + text, [(s + len(head), e + len(head)) for s, e in spans]
 
 
-def _token_spans(engine, prompt_text: str, tokens: list[int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def token_spans(engine, prompt_text: str, tokens: list[int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Map character spans of `prompt_text` to token index spans of its tokenization."""
     pieces = [engine.token_bytes(t, special=True) for t in tokens]
     joined = b"".join(pieces)
@@ -305,7 +305,7 @@ def build_item(engine, *, length: int, depth: float, variant: str = "single", ha
         raise NeedleError(f"could not cut the {variant} item {item_id} to exactly {length} tokens")
     messages, text, tokens, spans = found
 
-    tok_spans = _token_spans(engine, text, tokens, spans)
+    tok_spans = token_spans(engine, text, tokens, spans)
     out = [Needle(k, v, s, e, asked) for (k, v, asked), (s, e) in zip(needles, tok_spans)]
     return NeedleItem(id=item_id, variant=variant, length=length, depth=depth, haystack=haystack.name,
                       seed=seed, rep=rep, key=keys[0], answers=answers, needles=out, messages=messages,
