@@ -1,10 +1,13 @@
-"""What the eval commands (recall, compare, nll, sweep) share: list arguments, defaults, stderr progress."""
+"""What the eval commands (recall, compare, nll, sweep, hitrate) share: list arguments, defaults, items, stderr
+progress."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from backend.evals.document_questions import QUESTION_SETS, question_items
 from backend.evals.haystacks import load_haystack
+from backend.evals.needles import make_items
 from backend.ridgefill.defaults import default_split, default_tail
 
 
@@ -44,6 +47,15 @@ def split_tail(args, info) -> tuple[int, int]:
 
 def haystack_of(args):
     return load_haystack(getattr(args, "haystack", None))
+
+
+def eval_items(engine, haystack: str | None, *, lengths, depths, variants, reps: int = 1, seed: int = 0) -> list:
+    """Items for one haystack: a set of questions about real documents (their own lengths and places), or
+    needles hidden in a haystack at the given lengths and depths."""
+    if haystack in QUESTION_SETS:
+        return question_items(engine, haystack)
+    return make_items(engine, lengths=lengths, depths=depths, variants=variants, haystack=load_haystack(haystack),
+                      reps=reps, seed=seed)
 
 
 def say(text: str) -> None:

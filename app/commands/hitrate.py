@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 
 from app.commands.common import open_engine
-from app.commands.evals_common import add_split_tail, float_list, int_list, say, split_tail, str_list
-from backend.evals.document_questions import QUESTION_SETS, question_items
-from backend.evals.haystacks import load_haystack
-from backend.evals.needles import VARIANTS, make_items
+from app.commands.evals_common import add_split_tail, eval_items, float_list, int_list, say, split_tail, str_list
+from backend.evals.needles import VARIANTS
 from backend.evals.selection import run_hit_rate, summarise
 
 
@@ -32,9 +30,7 @@ def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
     items = [it for h in args.haystacks
-             for it in (question_items(engine, h) if h in QUESTION_SETS else
-                        make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
-                                   haystack=load_haystack(h)))]
+             for it in eval_items(engine, h, lengths=args.lengths, depths=args.depths, variants=args.variants)]
     items.sort(key=lambda it: (it.length, it.depth, it.variant))  # every haystack early in a long run
     say(f"{len(items)} items on {engine.info.name}; split {split}, tail {tail}; results -> {args.out}")
 

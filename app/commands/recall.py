@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 from app.commands.common import open_engine
-from app.commands.evals_common import add_split_tail, float_list, haystack_of, int_list, say, split_tail, str_list
+from app.commands.evals_common import add_split_tail, eval_items, float_list, int_list, say, split_tail, str_list
 from backend.evals.compare import accuracy, by_condition, compare, recall_records
-from backend.evals.document_questions import QUESTION_SETS, question_items
-from backend.evals.needles import VARIANTS, make_items
+from backend.evals.needles import VARIANTS
 from backend.evals.recall import run_recall
 from backend.ridgefill.defaults import DEFAULT_MODE
 from backend.evals.report import accuracy_table, comparison_text
@@ -35,11 +34,8 @@ def register(sub) -> None:
 def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
-    if args.haystack in QUESTION_SETS:  # questions about real documents: their own lengths and places
-        items = question_items(engine, args.haystack)
-    else:
-        items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=args.variants,
-                           haystack=haystack_of(args), reps=args.reps, seed=args.seed)
+    items = eval_items(engine, args.haystack, lengths=args.lengths, depths=args.depths, variants=args.variants,
+                       reps=args.reps, seed=args.seed)
     say(f"{len(items)} items x {len(args.modes)} modes on {engine.info.name}; split {split}, tail {tail}; "
         f"results -> {args.out}")
 
