@@ -9,9 +9,13 @@ like a llama.cpp server slot reads its cache tokens:
 - a RidgeFill request may also reuse rows approximated under its own tag (the same split and maps
   would write the same K/V again).
 Rows decoded again through every layer (quality, guided) are marked exact, so a follow-up question
-knows which rows it still has to make exact.
+knows which rows it still has to make exact. The record also keeps, for rows a RidgeFill bulk pass
+computed, the stream entering its split (exact: the layers below the split run exactly for every row),
+so rows made exact later, by this request or a follow-up, need not run those layers again.
 """
 from __future__ import annotations
+
+import numpy as np
 
 
 class CachedRows:
@@ -22,6 +26,11 @@ class CachedRows:
         # it for the rows it writes or makes exact; guided scoring reads their exact lower-layer keys there.
         self._cell: list[int] = []
         self._n_clean = 0  # the leading rows exactly as the exact model would have written them
+        # per position: the stream entering split `_stream_split` (rows `_has_stream` only), float32: at
+        # 8,000 rows of SmolLM2 18 MB
+        self._stream_split: int | None = None
+        self._streams = np.zeros((0, 0), dtype=np.float32)
+        self._has_stream = np.zeros(0, dtype=bool)
 
     # ---- reading ---------------------------------------------------------------------------------
     @property
@@ -49,6 +58,14 @@ class CachedRows:
     def cells(self, positions: list[int]) -> list[int]:
         return [self._cell[p] for p in positions]
 
+    def split_streams(self, split: int, positions: list[int]) -> np.ndarray | None:
+        """The streams entering `split` of `positions`, in that order, or None unless every one is kept."""
+        at = np.asarray(positions, dtype=np.int64)
+        if self._stream_split != split or len(at) == 0 or at.min() < 0 or at.max() >= len(self._has_stream) \
+                or not self._has_stream[at].all():
+            return None
+        return self._streams[at]
+
     def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
         """How many leading `tokens` are cached and may be reused: rows that match, each exact or
         approximated under `accept_tag`. At least one token is always left to decode, so the request
@@ -75,6 +92,22 @@ class CachedRows:
         if cells is not None:
             self._cell[start : start + len(cells)] = [int(c) for c in cells]
 
+    def keep_split_streams(self, split: int, start: int, h: np.ndarray) -> None:
+        """Rows start.. were computed below `split` by a bulk pass; `h` (rows, n_embd) their streams
+        entering it. Streams kept for another split are dropped."""
+        end = start + len(h)
+        if self._stream_split != split or self._streams.shape[1:] != h.shape[1:]:
+            self._stream_split = split
+            self._streams = np.zeros((0, h.shape[1]), dtype=np.float32)
+            self._has_stream = np.zeros(0, dtype=bool)
+        if end > len(self._streams):
+            grown = np.zeros((end, h.shape[1]), dtype=np.float32)
+            grown[: len(self._streams)] = self._streams
+            self._streams = grown
+            self._has_stream = np.concatenate([self._has_stream, np.zeros(len(grown) - len(self._has_stream), bool)])
+        self._streams[start:end] = h
+        self._has_stream[start:end] = True
+
     def mark_exact(self, start: int, end: int, cells=None) -> None:
         """Rows decoded again through every layer, into `cells` where known."""
         for p in range(max(0, start), min(end, len(self._how))):
@@ -87,4 +120,5 @@ class CachedRows:
         del self._tokens[max(0, n_keep):]
         del self._how[max(0, n_keep):]
         del self._cell[max(0, n_keep):]
+        self._has_stream[max(0, n_keep):] = False  # what follows will be other rows
         self._n_clean = min(self._n_clean, len(self._tokens))

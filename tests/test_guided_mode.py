@@ -135,7 +135,18 @@ def test_guided_with_every_bulk_row_selected_equals_off(engine):
     assert kl(ref, engine.last_logits()) > 0.1  # the control: most rows still from zero maps
 
 
-def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine):
+def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
+    from backend.ridgefill import selected_rows
+    from backend.ridgefill.lower_skip import LowerLayersSkipped
+
+    skips = []
+
+    class Recorded(LowerLayersSkipped):
+        def restore(self):
+            super().restore()
+            skips.append(self.written and self.error is None)
+
+    monkeypatch.setattr(selected_rows, "LowerLayersSkipped", Recorded)
     owl = engine.tokenize("\n\nThe special magic number for owl is 4729185.\n\n", add_special=False)
     gate = engine.tokenize("\n\nThe locker code for the blue gate is 1122334.\n\n", add_special=False)
     base = induction_prompt(engine, 2000)
@@ -156,8 +167,11 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine):
     exact_before = set(range(len(first) - TAIL)) - set(engine.cache.approximated())
     follow = first + engine.tokenize("4729185.\n\nThanks. What is the locker code for the blue gate? ",
                                      add_special=False)
+    skips.clear()
     rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
     assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
+    # its rows skip the layers below the split: the cache record kept the first prefill's split streams
+    assert skips and all(skips)
     newly = set(range(len(first) - TAIL)) - set(engine.cache.approximated()) - exact_before
     assert len(newly) == rep2.exact_n
     gate_at = 300 + len(owl) + 800

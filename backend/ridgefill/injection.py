@@ -168,7 +168,9 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
                               t0=t0, keep_streams=kept)
     pos = max(start, bulk_end)
     if plan.mode in ("quality", "guided"):
-        streams = SplitStreams(setup.layout, plan.split, start, np.concatenate(kept)) if kept else None
+        if kept:
+            engine.cache.keep_split_streams(plan.split, start, np.concatenate(kept))
+        streams = SplitStreams(setup.layout, plan.split, engine.cache)
         report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):
         chunk_n = engine.ubatch_rows
@@ -296,7 +298,8 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
                      phases: _Phases, cancel, streams: SplitStreams | None) -> int:
     """quality: rows chosen by token class; guided: rows the question attends to at layers below the
     split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
-    those this prefill's bulk pass computed skip the layers below the split (`streams`)."""
+    those whose split stream a bulk pass kept (this prefill's or, for a follow-up, an earlier one's) skip
+    the layers below the split (`streams`)."""
     from .selected_rows import redecode_exact, runs_of, select_runs
 
     if plan.mode == "quality":

@@ -1,11 +1,11 @@
 """Rows decoded again through every layer (quality, guided) skip the layers below the split.
 
-The bulk pass ran those layers exactly for every bulk row: it kept each row's stream entering the split,
-and the row's lower-layer K/V sit in its old cell. So the re-decode's graph need not run them again (at
-8,000 tokens, 12 of SmolLM2's 30 layers: about 40% of the re-decode). An eval hook makes every node of
-the layers below the split a no-op while the scheduler asks about it (nodes are asked about before their
-chunk is computed), writes the kept stream into `l_out-(S-1)` once that node is reached, and the layers
-from the split on run as usual. llama.cpp reuses graphs, so the nodes get their ops back after the
+The bulk pass ran those layers exactly for every bulk row: the cache record keeps each row's stream
+entering the split (for follow-up questions too), and the row's lower-layer K/V sit in its old cell. So
+the re-decode's graph need not run them again (at 8,000 tokens, 12 of SmolLM2's 30 layers: about 40% of
+the re-decode). An eval hook makes every node of the layers below the split a no-op while the scheduler
+asks about it (nodes are asked about before their chunk is computed), writes the kept stream into
+`l_out-(S-1)` once that node is reached, and the layers from the split on run as usual. llama.cpp reuses graphs, so the nodes get their ops back after the
 decode, whatever happens. The new cells' lower-layer K/V are then copied from the old cells.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kv_cache import CachedRows
 from . import ggml_graph
 from .cache_layout import GraphLayout
 from .ggml_graph import GGML_TYPE_F32, Node
@@ -26,19 +27,15 @@ _EMPTY_OPS = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 
 @dataclass
 class SplitStreams:
-    """The streams entering the split of bulk rows [start, start + len(h)), as this prefill's bulk pass
-    computed them, and where the lower layers' caches are."""
+    """Where the streams entering the split of rows a bulk pass computed are kept (the cache record,
+    for this request and its follow-ups), and where the lower layers' caches are."""
     layout: GraphLayout
     split: int
-    start: int
-    h: np.ndarray  # (rows, n_embd) float32
+    cached: CachedRows
 
     def rows(self, positions: list[int]) -> np.ndarray | None:
-        """The streams of `positions` in that order, or None if any was not computed by this pass."""
-        at = np.asarray(positions) - self.start
-        if len(at) == 0 or at.min() < 0 or at.max() >= len(self.h):
-            return None
-        return self.h[at]
+        """The streams of `positions` in that order, or None if any was not kept."""
+        return self.cached.split_streams(self.split, positions)
 
     def copy_lower_kv(self, old_cells, new_cells) -> None:
         """The lower layers' K/V of each row, from its old cell into its new one (same position, same
