@@ -5,8 +5,9 @@ entering the split (for follow-up questions too), and the row's lower-layer K/V 
 the re-decode's graph need not run them again (at 8,000 tokens, 12 of SmolLM2's 30 layers: about 40% of
 the re-decode). An eval hook makes every node of the layers below the split a no-op while the scheduler
 asks about it (nodes are asked about before their chunk is computed), writes the kept stream into
-`l_out-(S-1)` once that node is reached, and the layers from the split on run as usual. llama.cpp reuses graphs, so the nodes get their ops back after the
-decode, whatever happens. The new cells' lower-layer K/V are then copied from the old cells.
+`l_out-(S-1)` once that node is reached, and the layers from the split on run as usual. llama.cpp reuses
+graphs, so the nodes get their ops back after the decode, whatever happens. The new cells' lower-layer
+K/V are then copied from the old cells.
 """
 from __future__ import annotations
 
