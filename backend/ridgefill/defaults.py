@@ -21,7 +21,7 @@ made exact, the tail can be short: T = 256 kept guided's recall (16/24 as at T =
 T = 128 kept it on 96 items (66/96 against exact's 64/96; 68/96 at T = 256 with the earlier two-pass
 re-decode) while halving the tail's cost (about 1.8 s at 8,000 tokens). T = 64 (the question, its chat
 frame and a few dozen document rows) keeps it again on 144 items (README: recall) and saves another
-0.8 s at 8,000 tokens; the 2.0x target there needs it.
+0.5 s at 8,000 tokens; the 2.0x target there needs it.
 Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
