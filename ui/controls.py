@@ -66,7 +66,7 @@ class RidgeFillControls(QGroupBox):
         self.split_label.setWordWrap(True)
         self.tail_spin = QSpinBox()
         self.tail_spin.setRange(16, 131072)
-        self.tail_spin.setSingleStep(128)
+        self.tail_spin.setSingleStep(64)  # the default tail (defaults.DEFAULT_TAIL) and its multiples
         self.tail_spin.setSuffix(" tokens")
         self.compare = QCheckBox("Compare with exact (runs the exact model too)")
         self.maps_label = QLabel()
