@@ -9,8 +9,7 @@ measurement, never from "half the layers". Measured (speed, passkey needles in t
 down to 12: bulk-needle recall at 2K and 4K tokens, at T = 64: 28/48 against exact's 27/48 in prose
 (p = 1.0) and 71/96 against 75/96 in filler (p = 0.42; T = 128: 73/96). S = 9 lost filler items again
 with the contrast question (25/48 against 37/48 at T = 128: the answer took a rival needle's value), so
-12 it is (README: RidgeFill defaults). Gemma 3
-runs guided as speed (sliding-window layers).
+12 it is (README: RidgeFill defaults). Gemma 3 runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
