@@ -23,6 +23,7 @@ from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
 from .kv_cache import CachedRows
 from .model_file import ModelInfo, read_model_info
 from .protocol import (
+    DEFAULT_N_CTX,
     ChatMessage,
     CompletionRequest,
     CompletionResult,
@@ -55,7 +56,7 @@ class EvalHook(Protocol):
 @dataclass
 class EngineConfig:
     model_path: str
-    n_ctx: int = 8192  # capped at the model's training context
+    n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     n_batch: int = 512  # prefill chunk size: progress and cancel happen between chunks
     n_ubatch: int = 512
@@ -272,8 +273,12 @@ class Engine:
         add_special = not (self._bos_text and text.startswith(self._bos_text))
         return self.tokenize(text, add_special=add_special)
 
+    def answer_reserve(self, max_tokens: int) -> int:
+        """Room kept after the prompt for an answer of up to `max_tokens` (at most half the context)."""
+        return max(1, min(max_tokens, self.n_ctx // 2))
+
     def check_fits(self, n_prompt: int, max_tokens: int) -> None:
-        reserve = max(1, min(max_tokens, self.n_ctx // 2))
+        reserve = self.answer_reserve(max_tokens)
         if n_prompt + reserve > self.n_ctx:
             raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
 
@@ -328,6 +333,15 @@ class Engine:
         if n_keep <= 0:
             llama_cpp.llama_memory_clear(self._mem, True)
         self.cache.truncate(max(0, n_keep))
+
+    @contextmanager
+    def scratch(self) -> Iterator["Engine"]:
+        """A block that uses the context for its own rows (a capture, an eval item, a discovery decode):
+        every sequence is cleared after it, whatever happens, so no later request reuses its rows."""
+        try:
+            yield self
+        finally:
+            self.truncate_cache(0)
 
     def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
         """Let sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""

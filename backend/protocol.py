@@ -10,6 +10,9 @@ Mode = Literal["off", "speed", "quality", "guided", "plumb"]
 MODES: tuple[str, ...] = ("off", "speed", "quality", "guided", "plumb")
 RIDGEFILL_MODES: tuple[str, ...] = MODES[1:]
 
+DEFAULT_N_CTX = 8192  # context asked for unless told; the engine caps it at the model's training context
+DEFAULT_MAX_TOKENS = 256  # room kept for each answer unless told
+
 
 @dataclass
 class ChatMessage:
@@ -23,7 +26,7 @@ class CompletionRequest:
 
     messages: list[ChatMessage] | None = None
     prompt: str | None = None
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0  # 0 = greedy, reproducible
     seed: int = 0
     mode: Mode = "off"

@@ -68,3 +68,13 @@ def default_mode(info) -> str:
 
 def default_tail(info) -> int:
     return SLIDING_WINDOW_TAIL if info.architecture == "gemma3" else DEFAULT_TAIL
+
+
+def split_or_default(info, split: int | None) -> int:
+    """`split` as asked, or the model's default split when None."""
+    return default_split(info) if split is None else int(split)
+
+
+def tail_or_default(info, tail: int | None) -> int:
+    """`tail` as asked, or the model's default tail when None."""
+    return default_tail(info) if tail is None else int(tail)
