@@ -10,7 +10,7 @@ from app.logging_setup import setup_logging
 from backend.errors import RidgeFillError
 
 # One module per command; each adds its own sub-parser and sets `func`.
-COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps", "fit_maps", "tune", "recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "serve", "serve_load"]
+COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps", "fit_maps", "tune", "recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "serve", "serve_load", "cache"]
 
 
 def build_parser() -> argparse.ArgumentParser:
