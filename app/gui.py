@@ -35,7 +35,8 @@ def _engine_settings(settings):
     from backend.model_file import embedded_model_path
 
     return EngineSettings(model_path=settings.model_path or str(embedded_model_path()), n_ctx=settings.n_ctx,
-                          n_threads=settings.threads or None)
+                          n_threads=settings.threads or None, prompt_cache=settings.prompt_cache_gb > 0,
+                          cache_limit_bytes=settings.prompt_cache_bytes())
 
 
 def _app():

@@ -28,6 +28,7 @@ class Settings:
     split: int = 0  # 0 = the model's default split
     tail: int = 0  # 0 = the default exact tail
     compare_exact: bool = False
+    prompt_cache_gb: int = 4  # the prompt cache on disk at most this size (0: no prompt cache)
 
     @classmethod
     def path(cls) -> Path:
@@ -56,6 +57,9 @@ class Settings:
         tmp = p.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
         os.replace(tmp, p)
+
+    def prompt_cache_bytes(self) -> int:
+        return max(0, self.prompt_cache_gb) * 10**9
 
     def apply_environment(self) -> None:
         """Hub endpoint/token and cache location reach the backend through the environment it reads. An

@@ -237,3 +237,23 @@ def test_the_model_key_is_the_variant_key(engines):
 
     a, _ = engines
     assert model_key(a) == variant_key(model_fingerprint(a.info.path))
+
+
+def test_chat_saves_by_default_and_a_new_chat_reuses_it(tmp_path, capsys, monkeypatch):
+    from app.cli import run_cli
+    from backend.corpus import corpus_texts
+
+    monkeypatch.setenv("RIDGEFILL_CACHE_DIR", str(tmp_path))
+    doc = tmp_path / "doc.txt"
+    doc.write_text("\n\n".join(corpus_texts())[:2500], encoding="utf-8")
+    ask = ["--ctx", "2048", "--threads", "2", "chat", "--doc", str(doc), "--json", "--max-tokens", "1"]
+
+    def chat(question, *extra):
+        assert run_cli(ask[:5] + [question] + ask[5:] + list(extra)) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    assert chat("Who?", "--no-cache")["document"]["saved"] is False and PromptCache().entries() == []
+    first = chat("Who?")
+    assert first["document"]["saved"] and first["timings"]["cache_n"] == 0
+    second = chat("Where?")
+    assert second["timings"]["cache_n"] > first["prompt_tokens"] // 2 and second["timings"]["note"] == ""

@@ -111,11 +111,14 @@ class MainWindow(QMainWindow):
 
         self.engine_label = QLabel("Starting the engine…")
         self.statusBar().addWidget(self.engine_label, 1)
+        self.document_label = QLabel("")  # the prompt the engine holds: "document 4,110 tokens, 62% exact"
+        self.statusBar().addPermanentWidget(self.document_label)
         self._build_menu()
 
         service.ready.connect(self._on_ready)
         service.crashed.connect(self._on_crashed)
         service.fatal.connect(self._on_fatal)
+        service.document_changed.connect(self._on_document)
         self.controls.split_settled.connect(self.check_maps)
         self.controls.get_maps.connect(self.get_maps)
         self.controls.tune.connect(self.tune)
@@ -228,6 +231,18 @@ class MainWindow(QMainWindow):
         self.controls.set_tuned(getattr(info, "tuned", ""))
         self.check_maps(self.controls.split())
 
+    @Slot(object)
+    def _on_document(self, status) -> None:
+        """The engine's prompt as it is saved and made exact while idle (backend/idle_work.py)."""
+        self.document_label.setText(status.line())
+        self.document_label.setToolTip(status.note or (
+            f"prompt cache: {status.cache_entries} saved, {status.cache_bytes / 1e9:.2f} of "
+            f"{status.cache_limit / 1e9:.0f} GB" if status.cache_limit else "prompt cache off"))
+
+    def clear_prompt_cache(self) -> None:
+        self.service.submit(TaskKind.CACHE_CLEAR, None, owner=self,
+                            on_done=lambda n: self.engine_label.setText(f"Prompt cache cleared ({n} saved prompts)."))
+
     @Slot(str)
     def _on_crashed(self, message: str) -> None:
         self.engine_label.setText(message)
@@ -243,7 +258,8 @@ class MainWindow(QMainWindow):
 
         s = self.settings
         return EngineSettings(model_path=s.model_path or str(embedded_model_path()), n_ctx=s.n_ctx,
-                              n_threads=s.threads or None)
+                              n_threads=s.threads or None, prompt_cache=s.prompt_cache_gb > 0,
+                              cache_limit_bytes=s.prompt_cache_bytes())
 
     def restart_engine(self, settings: EngineSettings | None = None) -> None:
         self.engine_label.setText("Restarting the engine…")
@@ -270,7 +286,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def open_settings(self) -> None:
-        dlg = SettingsDialog(self.settings, self)
+        dlg = SettingsDialog(self.settings, self, clear_cache=self.clear_prompt_cache)
         if dlg.exec():
             restart = dlg.apply()
             self.settings.save()
