@@ -3,6 +3,8 @@ it between pieces; a prefill cancelled midway saves nothing. In the engine child
 server run it."""
 from __future__ import annotations
 
+import pytest
+
 import time
 
 from backend.corpus import corpus_texts
@@ -11,6 +13,14 @@ from backend.prompt_cache import PromptCache
 from backend.ridgefill.plan import ridgefill_prefill
 from test_quality_mode import SPLIT, ZeroMaps
 from test_ridgefill_injection import engine, induction_prompt  # noqa: F401 - the module's engine fixture
+
+
+@pytest.fixture(autouse=True)
+def _big_chunks(monkeypatch):
+    """Chunks of a whole ubatch (timing-free, and fewer on a busy test machine)."""
+    from backend.ridgefill import refine
+
+    monkeypatch.setattr(refine, "TARGET_S", 1e6)
 
 
 def test_idle_work_saves_then_refines_then_saves_the_exact_rows(engine, tmp_path):

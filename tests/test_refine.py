@@ -5,6 +5,8 @@ Zero maps make approximated rows obvious: after speed mode the next token's logi
 exact's, after refinement within plumb's tolerance."""
 from __future__ import annotations
 
+import pytest
+
 from backend.ridgefill import lower_skip, selected_rows
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.refine import Refinement
@@ -12,6 +14,14 @@ from test_quality_mode import SPLIT, ZeroMaps
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
 TAIL = 64
+
+
+@pytest.fixture(autouse=True)
+def _big_chunks(monkeypatch):
+    """Chunks of a whole ubatch (timing-free, and fewer on a busy test machine)."""
+    from backend.ridgefill import refine
+
+    monkeypatch.setattr(refine, "TARGET_S", 1e6)
 
 
 def speed_after_exact(engine, n_doc: int):
