@@ -54,6 +54,8 @@ def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag
     """The entry this request may reuse the most rows of, and how many, if more than the engine holds."""
     best, most = None, engine.reusable_prefix(tokens, accept_tag)
     for entry in cache.entries(model_key(engine)):
+        if entry.header.get("n_tokens", 0) > engine.n_ctx:
+            continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
         try:
             n = _saved_rows(entry).reusable_prefix(tokens, accept_tag)
         except (ValueError, KeyError, TypeError):

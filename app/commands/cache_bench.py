@@ -86,14 +86,18 @@ def run(args) -> int:
     out["bytes_per_1000_tokens"] = round(entry.n_bytes / len(engine.cache) * 1000)
 
     refine = Refinement(engine)
-    t0 = time.perf_counter()
-    refine.run()
-    out["refine_ms"] = round((time.perf_counter() - t0) * 1000)
-    out["refine_share_of_exact"] = round(out["refine_ms"] / max(1, out["exact_prompt_ms"]), 3)
-    out["longest_chunk_ms"] = round(max(refine.step_s, default=0.0) * 1000)
-    out["kl_after_refine"] = _kl_against_exact(engine)
-    work.after_completion()
-    work.run()  # saved again, exact
+    why = refine.refusal()
+    if why:  # a sliding-window model (Gemma 3): saved as it is, never refined
+        out["refine"] = why
+    else:
+        t0 = time.perf_counter()
+        refine.run()
+        out["refine_ms"] = round((time.perf_counter() - t0) * 1000)
+        out["refine_share_of_exact"] = round(out["refine_ms"] / max(1, out["exact_prompt_ms"]), 3)
+        out["longest_chunk_ms"] = round(max(refine.step_s, default=0.0) * 1000)
+        out["kl_after_refine"] = _kl_against_exact(engine)
+        work.after_completion()
+        work.run()  # saved again, exact
 
     again = _chat(args, doc, QUESTIONS[1], cache_dir)
     out["reopened_ttft_ms"], out["reopened_cache_n"] = round(again["ttft_ms"]), again["cache_n"]
