@@ -305,7 +305,12 @@ class _IdleLoop:
 
     def step(self, tasks) -> None:
         """One piece of idle work; a waiting task stops a save between its pieces."""
-        self.work.step(should_stop=lambda: not tasks.empty())
+        try:
+            self.work.step(should_stop=lambda: not tasks.empty())
+        except Exception:  # noqa: BLE001 - a bug in the idle work must not kill the engine
+            logging.getLogger("engine").exception("idle work failed")
+            self.work.forget()
+            self.work.engine.truncate_cache(0)  # rows half made exact must not be reused
         if not self.work.pending or time.monotonic() - self._sent_at >= STATUS_EVERY_S:
             self.send_status()
 
