@@ -21,6 +21,8 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -55,6 +57,7 @@ MAX_MESSAGES_PER_POLL = 400  # a caller on an event loop stays responsive under 
 MAX_RESTARTS = 3  # within RESTART_WINDOW_S; more means the engine cannot run, so stop trying
 RESTART_WINDOW_S = 60.0
 IDLE_WAIT_S = 0.5  # the child waits this long for a task before it warms up
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 Handler = Callable[[Any, Any, Callable[[Any], None], Callable[[], bool]], Any]  # (engine, payload, on_event, cancel)
 
@@ -265,11 +268,41 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook) -> None:
         events.put(TaskFailed(tid, type(exc).__name__, f"unexpected failure in {task.kind.value}: {exc}"))
 
 
+def _end_with_parent() -> None:
+    """However the app that started this child ends (SIGTERM, SIGKILL, a crash, the OOM killer), the child
+    ends too: nobody else can use it, and it holds the model's memory. Its resource tracker then goes as
+    well, since the child held the last open end of the tracker's pipe.
+
+    A thread waits on multiprocessing's parent sentinel (POSIX: a pipe only the parent holds open, at EOF
+    once it is gone, also if it died before this line; Windows: the parent's process handle) and exits.
+    On Linux the kernel also sends SIGKILL when the parent's thread that started this child ends
+    (PR_SET_PDEATHSIG): that also ends a child too busy in native code to run the thread."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl here: the thread below is enough
+            pass
+
+    def watch() -> None:
+        from multiprocessing.connection import wait
+
+        wait([parent.sentinel])
+        os._exit(1)  # at once: the engine in use on the main thread cannot be closed from here
+
+    threading.Thread(target=watch, name="ridgefill-parent-watch", daemon=True).start()
+
+
 def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
     """The engine process: build the engine, then serve tasks one at a time until StopEngine arrives."""
     from backend.engine import Engine, EngineConfig
     from backend.errors import RidgeFillError
 
+    _end_with_parent()
     t0 = time.perf_counter()
     try:
         cfg = EngineConfig(model_path=settings.model_path, n_ctx=settings.n_ctx, n_batch=settings.n_batch,
