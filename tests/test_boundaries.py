@@ -4,7 +4,7 @@ functions included, and follows chains of imports (the forbidden and layers cont
 imports too).
 
 - backend never imports Qt (PySide6, shiboken6, PyQt5/6, pyqtgraph);
-- the engine child process (app.engine_process, app.engine_protocol) is Qt-free;
+- the engine child process (app.engine_child, app.engine_process, app.engine_protocol) is Qt-free;
 - layers ui -> app -> backend: backend never imports app or ui, app never imports ui (but for the
   GUI's entry point and the self-test, which start the window);
 - the UI never calls llama.cpp itself (no direct import of llama_cpp);

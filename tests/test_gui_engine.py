@@ -134,7 +134,7 @@ def test_the_engine_process_and_its_protocol_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, app.engine_process, app.engine_protocol, app.job_runner, app.model_header; "
+    code = ("import sys, app.engine_child, app.engine_process, app.engine_protocol, app.job_runner, app.model_header; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'ui')); "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
