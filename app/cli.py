@@ -8,6 +8,7 @@ import sys
 
 from app.logging_setup import setup_logging
 from backend.errors import RidgeFillError
+from backend.protocol import DEFAULT_N_CTX
 
 # One module per command; each adds its own sub-parser and sets `func`.
 COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps", "fit_maps", "tune", "recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "serve", "serve_load"]
@@ -37,7 +38,7 @@ def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) ->
     parser.add_argument("--model", default=d(None),
                         help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
-    parser.add_argument("--ctx", type=int, default=d(8192), help="context size in tokens (capped at the model's)")
+    parser.add_argument("--ctx", type=int, default=d(DEFAULT_N_CTX), help="context size in tokens (capped at the model's)")
     parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
 
 

@@ -45,7 +45,7 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
 
 
 def default_results_path() -> Path:
-    from app.paths import data_dir
+    from backend.user_paths import data_dir
 
     p = data_dir() / "recall"
     p.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from app.paths import config_dir
+from backend.protocol import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX
+from backend.user_paths import config_dir
 
 log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
@@ -18,8 +19,8 @@ _STARTUP_ENVIRONMENT = {name: os.environ.get(name) for name in ("HF_ENDPOINT", "
 @dataclass
 class Settings:
     threads: int = 0  # 0 = all cores
-    n_ctx: int = 8192  # capped at the model's training context by the engine
-    max_tokens: int = 256  # room kept for each answer
+    n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context by the engine
+    max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)
     hub_token: str = ""

@@ -26,7 +26,7 @@ def panel(qtbot, tmp_path, monkeypatch, tiny, model_path):
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     hub = FakeHub().start()
     hub.add_file(REPO, FILE, tiny)
-    from app.paths import data_dir
+    from backend.user_paths import data_dir
     from ui.models_panel import USER_MODELS, ModelsPanel
 
     (data_dir() / USER_MODELS).write_text(json.dumps({"models": [{

@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import TaskHandle
 from app.job_runner import JobContext
-from app.paths import cache_dir, data_dir
 from backend.errors import Cancelled
 from backend.hub import catalogue as cat
 from backend.hub import maps_hub
@@ -35,6 +34,7 @@ from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
+from backend.user_paths import cache_dir, data_dir
 from ui.background import BackgroundJobs
 
 USER_MODELS = "user_models.json"  # the same file as `python -m app models --add`

@@ -6,7 +6,7 @@ import json
 
 from app.commands.common import open_engine
 from app.commands.evals_common import float_list, haystack_of, int_list, say, split_tail, str_list
-from app.paths import data_dir
+from backend.user_paths import data_dir
 from backend.evals.needles import build_item, make_items
 from backend.evals.nll import nll_documents
 from backend.evals.report import p_value, pct, table
