@@ -277,10 +277,12 @@ def _end_with_parent() -> None:
 
 def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
     """The engine process: build the engine, then serve tasks one at a time until StopEngine arrives."""
+    from backend import user_paths
     from backend.engine import Engine, EngineConfig
     from backend.errors import RidgeFillError
 
     _end_with_parent()
+    user_paths.use_cache_root(settings.cache_root)
     t0 = time.perf_counter()
     try:
         cfg = EngineConfig(model_path=settings.model_path, n_ctx=settings.n_ctx, n_batch=settings.n_batch,

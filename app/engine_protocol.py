@@ -41,6 +41,7 @@ class EngineSettings:
     n_threads: int | None = None
     n_batch: int = 512
     warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
+    cache_root: str | None = None  # the user cache (maps, tuned splits, activations); None: backend/user_paths'
 
 
 @dataclass

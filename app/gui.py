@@ -23,19 +23,11 @@ def build_window(args=None):
             settings.model_path = args.model
         if getattr(args, "threads", None):
             settings.threads = args.threads
-    settings.apply_environment()
-    service = EngineClient(_engine_settings(settings))
+    settings.use_cache_location()
+    service = EngineClient(settings.engine_settings())
     window = MainWindow(settings, service, ConversationStore())
     service.start()
     return window
-
-
-def _engine_settings(settings):
-    from app.engine_protocol import EngineSettings
-    from backend.model_file import embedded_model_path
-
-    return EngineSettings(model_path=settings.model_path or str(embedded_model_path()), n_ctx=settings.n_ctx,
-                          n_threads=settings.threads or None)
 
 
 def _app():

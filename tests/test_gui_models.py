@@ -139,16 +139,17 @@ def test_map_sets_of_every_installed_model_are_listed(qtbot, panel, tmp_path, mo
 
 def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_gives_the_default_back(
         qtbot, tmp_path, monkeypatch):
-    """The engine process reads the cache location (maps, tuned splits, activations) and the hub from the
-    environment it was started with, so changing them restarts it; answer room alone does not."""
+    """The engine process takes the cache location (maps, tuned splits, activations) and the hub as typed
+    settings when it starts, so changing them restarts it; answer room alone does not. The environment
+    stays the user's: an emptied setting gives back what the app was started with."""
     import os
 
-    import app.settings as settings_module
+    from backend import user_paths
     from ui.settings_dialog import SettingsDialog
 
-    monkeypatch.setattr(settings_module, "_STARTUP_ENVIRONMENT", {"HF_TOKEN": "from-the-shell"})
-    for name in ("RIDGEFILL_CACHE_DIR", "HF_TOKEN", "HF_ENDPOINT"):  # restored after the test
+    for name in ("RIDGEFILL_CACHE_DIR", "HF_ENDPOINT"):  # restored after the test
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN", "from-the-shell")
     s = Settings()
     dlg = SettingsDialog(s)
     qtbot.addWidget(dlg)
@@ -157,10 +158,13 @@ def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_give
     dlg.cache.setText(str(tmp_path / "elsewhere"))
     dlg.token.setText("typed-in")
     assert dlg.apply() is True and s.cache_location == str(tmp_path / "elsewhere")
-    s.apply_environment()
-    assert os.environ["RIDGEFILL_CACHE_DIR"] == str(tmp_path / "elsewhere") and os.environ["HF_TOKEN"] == "typed-in"
+    hub = s.hub_settings()
+    assert s.engine_settings().cache_root == str(tmp_path / "elsewhere") == str(hub.cache_root)
+    assert hub.token == "typed-in"
     dlg.cache.setText("")
     dlg.token.setText("")
     assert dlg.apply() is True
-    s.apply_environment()
-    assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"
+    hub = s.hub_settings()
+    assert s.engine_settings().cache_root is None and hub.cache_root == user_paths.cache_dir()
+    assert hub.token == "from-the-shell"
+    assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"  # untouched

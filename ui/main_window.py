@@ -254,16 +254,9 @@ class MainWindow(QMainWindow):
         self.engine_label.setText("Engine stopped: " + message)
         QMessageBox.warning(self, "Engine", message)
 
-    def engine_settings(self) -> EngineSettings:
-        from backend.model_file import embedded_model_path
-
-        s = self.settings
-        return EngineSettings(model_path=s.model_path or str(embedded_model_path()), n_ctx=s.n_ctx,
-                              n_threads=s.threads or None)
-
     def restart_engine(self, settings: EngineSettings | None = None) -> None:
         self.engine_label.setText("Restarting the engine…")
-        self.service.restart(settings or self.engine_settings())
+        self.service.restart(settings or self.settings.engine_settings())
 
     @Slot()
     def choose_model(self) -> None:
@@ -290,7 +283,7 @@ class MainWindow(QMainWindow):
         if dlg.exec():
             restart = dlg.apply()
             self.settings.save()
-            self.settings.apply_environment()
+            self.settings.use_cache_location()
             self.chat.max_tokens = self.settings.max_tokens
             if restart:
                 self.restart_engine()

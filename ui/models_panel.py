@@ -34,7 +34,7 @@ from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
-from backend.user_paths import cache_dir, data_dir
+from backend.user_paths import data_dir
 from ui.background import BackgroundJobs
 
 USER_MODELS = "user_models.json"  # the same file as `python -m app models --add`
@@ -162,9 +162,7 @@ class ModelsPanel(QWidget):
         self.refresh()
 
     def hub_settings(self) -> HubSettings:
-        s = self.settings
-        return HubSettings(cache_root=Path(s.cache_location) if s.cache_location else cache_dir(),
-                           endpoint=s.hub_endpoint or None, token=s.hub_token or None)
+        return self.settings.hub_settings()
 
     # ---- catalogue -------------------------------------------------------------------------------
     @Slot(object)
