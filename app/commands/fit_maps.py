@@ -36,7 +36,7 @@ def run(args) -> int:
     from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.model_file import read_model_info
     from backend.ridgefill import calibration
-    from backend.ridgefill.defaults import default_split
+    from backend.ridgefill.defaults import split_or_default
     from backend.ridgefill.maps import load_maps
 
     path = model_path(args)
@@ -44,7 +44,7 @@ def run(args) -> int:
     if args.all_splits:
         splits = list(range(1, info.n_layer - 1))
     else:
-        splits = [args.split if args.split is not None else default_split(info)]
+        splits = [split_or_default(info, args.split)]
     bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
     if bad:
         print(f"error: a split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}",
