@@ -244,7 +244,7 @@ def capture_activations(
     on_progress("capture", tokens done, tokens in all) counts the resumed parts as done.
     Raises Cancelled between chunks; the parts finished so far stay for the next run.
     """
-    from .capture import capture_streams
+    from .stream_capture import capture_streams
 
     model_path = engine.info.path
     files = corpus_files()

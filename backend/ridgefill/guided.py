@@ -24,7 +24,7 @@ import torch
 
 from ..protocol import ChatMessage
 from .cache_layout import LayoutRefused
-from .capture import StreamTap
+from .stream_capture import StreamTap
 from .selected_rows import Run, runs_of
 
 

@@ -20,7 +20,7 @@ from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from . import ggml_graph
 from .cache_layout import CellTap, LayoutRefused
-from .capture import capture_streams
+from .stream_capture import capture_streams
 from .lower_skip import SplitStreams
 from .setup import RidgeFillSetup, ridgefill_setup
 
