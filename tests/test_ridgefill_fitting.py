@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from backend.ridgefill import calibration
+from backend.ridgefill.activation_store import load_activations
+from backend.ridgefill.calibration_corpus import calibration_sequences
 from backend.ridgefill.fitting import ALPHAS, fit_layers, fit_map_set, fit_ridge, heldout_documents, mean_cosine
 from backend.ridgefill.maps import load_maps
 
@@ -89,7 +91,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
     assert (facts["tokens"], facts["rows"], facts["stride"]) == (384, 192, 2)
     assert facts["chat_sequences"] == 0 and facts["prose_sequences"] == 1  # the first text is long enough
     assert acts.layer(20).shape == (192, 576) and acts.layer(1).dtype == torch.float32
-    assert calibration.load_activations(model_path).facts == facts  # found again by fingerprint
+    assert load_activations(model_path).facts == facts  # found again by fingerprint
 
     t1 = time.perf_counter()
     folder = fit_map_set(model_path, 27, out_dir=tmp_path / "a", engine=small_engine)
@@ -103,7 +105,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
 
     # A fit from a fresh capture equals the refit from the cache (capture is deterministic).
     shutil.rmtree(acts.folder)
-    assert calibration.load_activations(model_path) is None
+    assert load_activations(model_path) is None
     calibration.capture_activations(small_engine, stride=2, max_tokens=384)
     again = load_maps(fit_map_set(model_path, 27, out_dir=tmp_path / "b", engine=small_engine), model_path)
     for l in maps.layers:
@@ -120,7 +122,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
 
 
 def test_chat_copies_use_the_models_template(small_engine):
-    seqs = calibration.calibration_sequences(small_engine, ["A short note. It has two sentences. And a third."], 100)
+    seqs = calibration_sequences(small_engine, ["A short note. It has two sentences. And a third."], 100)
     (d0, k0, prose), (d1, k1, chat) = seqs
     assert (d0, k0, d1, k1) == (0, "prose", 0, "chat")
     (im_start,) = small_engine.tokenize("<|im_start|>", add_special=False)
