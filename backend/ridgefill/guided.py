@@ -9,7 +9,7 @@ heads (retrieval heads are few), average-pooled over neighbouring rows, combined
 same scores for a question about nothing in particular are taken off (what every question looks at). The
 best rows, then a few by the question's own scores, each with a window that reaches forward to the value
 it introduces, are decoded again through every layer, each run seeing the runs before it exact
-(selected_rows.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
+(redecode.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
 split are not run again: lower_skip), then the exact tail runs.
 
 Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
@@ -25,7 +25,7 @@ import torch
 from ..protocol import ChatMessage
 from .cache_layout import LayoutRefused
 from .stream_capture import StreamTap
-from .selected_rows import Run, runs_of
+from .redecode import Run, runs_of
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,8 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
     those whose split stream a bulk pass kept (this prefill's or, for a follow-up, an earlier one's) skip
     the layers below the split (`streams`)."""
-    from .selected_rows import redecode_exact, runs_of, select_runs
+    from .quality_rows import select_runs
+    from .redecode import redecode_exact, runs_of
 
     if plan.mode == "quality":
         with phases("select"):

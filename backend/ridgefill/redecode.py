@@ -1,4 +1,4 @@
-"""Bulk rows made exact again through every layer (quality and guided), and quality's choice of them.
+"""Bulk rows made exact again through every layer (quality and guided choose which).
 
 After the speed pass has written every bulk row's late-layer K/V from predictions, the selected rows are
 decoded again by llama.cpp at their own positions, each run on its own sequence, which shares sequence
@@ -6,9 +6,6 @@ decoded again by llama.cpp at their own positions, each run on its own sequence,
 drops its approximate cells at those positions and takes the new ones. llama.cpp refuses
 non-consecutive positions within one sequence, hence a sequence per run (on a unified cache, where
 sharing a cell moves no data: see Engine).
-
-The score is a token class, not a learned one: digits (numbers, codes, dates) first, then capitalised
-pieces (names, keys), then rarer pieces (a higher BPE id is a later, rarer merge).
 """
 from __future__ import annotations
 
@@ -20,13 +17,7 @@ from . import run_mask
 from .cache_layout import LayoutRefused
 from .lower_skip import LowerLayersSkipped, SplitStreams
 
-DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 MERGE_GAP = 3  # selected rows this close are decoded as one run, the rows between them included
-# A number is only found again if the words that introduce it ("... number for owl is") and the token
-# that ends it are exact too: measured at S=15 on SmolLM2, 2,048-token corpus needles, digits alone
-# gave 1/4 (replies began with the right digits, then drifted), with 12 rows before and 2 after 4/4.
-NUMBER_LEAD = 12
-NUMBER_TRAIL = 2
 
 
 @dataclass(frozen=True)
@@ -36,38 +27,6 @@ class Run:
 
     def __len__(self) -> int:
         return self.end - self.start
-
-
-def token_score(piece: str, token: int, n_vocab: int) -> float:
-    text = piece.strip()
-    score = token / max(1, n_vocab)  # rarity, in [0, 1)
-    if any(c.isdigit() for c in text):
-        score += 4.0
-    if text[:1].isupper():
-        score += 2.0
-    return score
-
-
-def select_runs(engine, tokens: list[int], start: int, end: int, share: float = DEFAULT_SHARE,
-                max_run: int | None = None) -> list[Run]:
-    """The runs of rows in [start, end) to make exact, in position order: rows taken by score (a digit
-    row brings NUMBER_LEAD rows before it and NUMBER_TRAIL after) until `share` of the rows are taken,
-    then merged into runs where they lie within MERGE_GAP rows of each other."""
-    n = end - start
-    budget = int(round(share * n))
-    if n <= 0 or budget <= 0:
-        return []
-    max_run = max_run or engine.ubatch_rows
-    scores = [(token_score(engine.token_text(tokens[p]), tokens[p], engine.n_vocab), p) for p in range(start, end)]
-    chosen: set[int] = set()
-    for score, p in sorted(scores, key=lambda sp: (-sp[0], sp[1])):
-        if len(chosen) >= budget:
-            break
-        if score >= 4.0:  # a digit
-            chosen.update(range(max(start, p - NUMBER_LEAD), min(end, p + 1 + NUMBER_TRAIL)))
-        else:
-            chosen.add(p)
-    return runs_of(chosen, max_run)
 
 
 def runs_of(positions, max_run: int) -> list[Run]:
@@ -127,43 +86,65 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {i} of {len(groups)} batches of exact rows")
-            toks, pos, seqs = [], [], []
-            for s, run in enumerate(group, start=1):
-                engine.seq_copy(0, s, 0, run.start)  # its history: everything before the run
-                if one_batch:
-                    for before in group[: s - 1]:  # it sees their new rows instead (run_mask)
-                        engine.seq_remove(s, before.start, before.end)
-                toks += tokens[run.start : run.end]
-                pos += range(run.start, run.end)
-                seqs += [s] * len(run)
-            new_cells = None
+            toks, pos, seqs = _on_own_sequences(engine, tokens, group, one_batch)
             if cells is None:
                 engine.decode_rows(toks, pos, seqs)
+                new_cells = None
             else:
-                cells.reset()
-                mask = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else None
-                old_cells, skip = _lower_skip(engine, streams if single_cache else None, pos, mask or cells)
-                try:
-                    with engine.hooked(skip or mask or cells):
-                        engine.decode_rows(toks, pos, seqs)
-                finally:
-                    if skip is not None:
-                        skip.restore()
-                if mask is not None and len(group) > 1 and (mask.error or not mask.edited):
-                    raise LayoutRefused(f"exact rows: {mask.error or 'the attention mask was not seen'}")
-                if skip is not None and (skip.error or not skip.written):
-                    raise LayoutRefused(f"exact rows: {skip.error or 'the split stream was not written'}")
-                new_cells = cells.first_layer_cells()
-                if skip is not None:
-                    streams.copy_lower_kv(old_cells, new_cells)
-            at = 0  # where each run's rows sit in the batch
-            for s, run in enumerate(group, start=1):
-                engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
-                engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
-                engine.seq_remove(s, -1, -1)
-                engine.mark_exact(run.start, run.end, None if new_cells is None else new_cells[at : at + len(run)])
-                at += len(run)
-                done += len(run)
+                new_cells = _decode_recorded(engine, toks, pos, seqs, group, cells, one_batch,
+                                             streams if single_cache else None)
+            done += _hand_to_sequence_0(engine, group, new_cells)
     finally:
         engine.clear_spare_sequences()
     return done
+
+
+def _on_own_sequences(engine, tokens: list[int], group: list[Run], one_batch: bool):
+    """(tokens, positions, sequence ids) of a batch whose run s goes on sequence s, which first shares
+    sequence 0's cells before the run (less the earlier runs of the batch when `one_batch`)."""
+    toks, pos, seqs = [], [], []
+    for s, run in enumerate(group, start=1):
+        engine.seq_copy(0, s, 0, run.start)  # its history: everything before the run
+        if one_batch:
+            for before in group[: s - 1]:  # it sees their new rows instead (run_mask)
+                engine.seq_remove(s, before.start, before.end)
+        toks += tokens[run.start : run.end]
+        pos += range(run.start, run.end)
+        seqs += [s] * len(run)
+    return toks, pos, seqs
+
+
+def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch: bool,
+                     streams: SplitStreams | None) -> list[int]:
+    """Decode the batch with `cells` recording where its rows land (with the earlier-runs mask when
+    `one_batch`, and the layers below the split skipped where `streams` allows); the new cells."""
+    cells.reset()
+    mask = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else None
+    old_cells, skip = _lower_skip(engine, streams, pos, mask or cells)
+    try:
+        with engine.hooked(skip or mask or cells):
+            engine.decode_rows(toks, pos, seqs)
+    finally:
+        if skip is not None:
+            skip.restore()
+    if mask is not None and len(group) > 1 and (mask.error or not mask.edited):
+        raise LayoutRefused(f"exact rows: {mask.error or 'the attention mask was not seen'}")
+    if skip is not None and (skip.error or not skip.written):
+        raise LayoutRefused(f"exact rows: {skip.error or 'the split stream was not written'}")
+    new_cells = cells.first_layer_cells()
+    if skip is not None:
+        streams.copy_lower_kv(old_cells, new_cells)
+    return new_cells
+
+
+def _hand_to_sequence_0(engine, group: list[Run], new_cells) -> int:
+    """Sequence 0 drops its approximate cells at each run's positions and takes the exact ones; the
+    rows made exact."""
+    at = 0  # where each run's rows sit in the batch
+    for s, run in enumerate(group, start=1):
+        engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
+        engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
+        engine.seq_remove(s, -1, -1)
+        engine.mark_exact(run.start, run.end, None if new_cells is None else new_cells[at : at + len(run)])
+        at += len(run)
+    return at
