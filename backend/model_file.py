@@ -3,8 +3,8 @@ home of GGUF header reading; the `gguf` package's reader for the full file, its 
 metadata read).
 
 `read_model_info` builds gguf's full reader, which also checks the tensor table but turns every entry of
-the tokenizer arrays into numpy views: 2.0 s for SmolLM2-135M's 49,152-token vocabulary (measured on the
-2-core dev machine), too slow for the GUI's first frame. `read_model_header` walks the metadata
+the tokenizer arrays into numpy views: too slow for the GUI's first frame
+(docs/MEASUREMENTS.md#reading-the-gguf-header). `read_model_header` walks the metadata
 key-value section once, skipping arrays, and returns the same `ModelInfo` in milliseconds; anything it
 does not understand (a big-endian or version-1 file, an array where a number belongs) falls back to
 read_model_info.

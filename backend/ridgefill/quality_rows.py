@@ -9,8 +9,7 @@ from .redecode import Run, runs_of
 
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 # A number is only found again if the words that introduce it ("... number for owl is") and the token
-# that ends it are exact too: measured at S=15 on SmolLM2, 2,048-token corpus needles, digits alone
-# gave 1/4 (replies began with the right digits, then drifted), with 12 rows before and 2 after 4/4.
+# that ends it are exact too (docs/MEASUREMENTS.md#number-rows-12-before-2-after).
 NUMBER_LEAD = 12
 NUMBER_TRAIL = 2
 
