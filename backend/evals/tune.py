@@ -151,7 +151,7 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
     `settings` (HubSettings) says where the maps go. Raises Cancelled between items."""
     from ..hub.get_maps import get_maps
     from ..ridgefill import defaults, tuned
-    from ..ridgefill.setup import warm_up
+    from ..ridgefill.runtime import warm_up
 
     t_start = time.perf_counter()
     info = engine.info

@@ -1,11 +1,11 @@
-"""The cache record's split streams: kept per row for the split that computed them, gone with the rows."""
+"""The row record's split streams: kept per row for the split that computed them, gone with the rows."""
 import numpy as np
 
-from backend.kv_cache import CachedRows
+from backend.row_record import RowRecord
 
 
-def _record(n: int) -> CachedRows:
-    rows = CachedRows()
+def _record(n: int) -> RowRecord:
+    rows = RowRecord()
     rows.append(list(range(n)), tag="s12")
     return rows
 
