@@ -3,6 +3,8 @@
 It answers what will run (exact, speed, quality, guided or plumb), with which split, tail and maps, and
 why a requested mode is not what runs. Everything else executes a plan: the Engine runs whatever
 strategy it is given (`ExactPrefill`, or a `RidgeFillPlan` whose `run` is injection.run_plan).
+Deciding reads only the engine's `info`, `ubatch_rows` and RidgeFill runtime (runtime.runtime), so a
+fake engine with those three can be planned for (tests/test_ridgefill_plan.py).
 """
 from __future__ import annotations
 
