@@ -2,8 +2,8 @@
 has loaded (the layer count for the split slider, the model's default split and tail).
 
 `backend.model_file.read_model_info` builds the `gguf` package's full reader, which turns every entry
-of the tokenizer arrays into numpy views: 2.0 s for SmolLM2-135M's 49,152-token vocabulary (measured
-on the 2-core dev machine), too slow for the first frame. This walks the metadata key-value section
+of the tokenizer arrays into numpy views: too slow for the first frame
+(docs/MEASUREMENTS.md#reading-the-gguf-header). This walks the metadata key-value section
 once, skipping arrays, and returns the same `ModelInfo`. Anything it does not understand (a big-endian
 or version-1 file, an array where a number belongs) falls back to read_model_info, which also checks
 the tensor table; the engine runs that check anyway when it loads the model.

@@ -170,7 +170,7 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
     skips.clear()
     rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
     assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
-    # its rows skip the layers below the split: the cache record kept the first prefill's split streams
+    # its rows skip the layers below the split: the row record kept the first prefill's split streams
     assert skips and all(skips)
     newly = set(range(len(first) - TAIL)) - set(engine.row_record.approximated()) - exact_before
     assert len(newly) == rep2.exact_n
@@ -194,7 +194,8 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
     recs = selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid)
     assert [r["bulk"] for r in recs] == [True, False]  # a needle in the exact tail is not scored
     hits = recs[0]["hits"]
-    # layer 7 holds SmolLM2's retrieval heads (the README's hit-rate table); layer 2's ranking is poor
+    # layer 7 holds SmolLM2's retrieval heads, layer 2's ranking is poor
+    # (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
     for key in ("W32|L7|max|bulk+window|p5|fwrap|k6", "W32|L7|max|bulk+window|p5|fwrap|k6|contrast",
                 "W32|L7|max|bulk+window|p5|fwrap|k6|contrast+own4"):
         p = GuidedParams()

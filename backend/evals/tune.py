@@ -10,16 +10,13 @@ for each candidate split S in ascending order:
   one shared by every candidate: a ratio to read to one decimal).
 **Keeps recall** (the decision rule): at most tolerance(n) = 1 + n // 24 items *lost* (right exact,
 wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell apart). A
-gain elsewhere does not pay for a loss: on SmolLM2 at S = 9, guided gained 5 prose multikey items
-and lost 7 filler multikey ones (96 items). The rule only decides when exact itself recalls at least
-half the items; otherwise the items say nothing about the maps and the split stays the model's default
-(the candidates are still measured and shown). The lowest candidate that keeps recall is chosen and
-the search stops there (higher splits approximate fewer layers); none keeping recall keeps the
-default too, and says so.
-**Which items** (measured on SmolLM2, 96 items per split, README: Recall): at 2,048 tokens S = 12
-loses 5 of 48 items to exact (and wins 5) and S = 9 loses 7, so 2K items hardly tell them apart; at
-4,096 tokens S = 12 loses none of 48 and S = 9 loses 9 (filler multikey 5 of 8). So the default items
-are 12 at 4,096 tokens: both haystacks, single and multikey, three depths.
+gain elsewhere does not pay for a loss (docs/MEASUREMENTS.md#tunes-items). The rule only decides when
+exact itself recalls at least half the items; otherwise the items say nothing about the maps and the
+split stays the model's default (the candidates are still measured and shown). The lowest candidate
+that keeps recall is chosen and the search stops there (higher splits approximate fewer layers); none
+keeping recall keeps the default too, and says so.
+**Which items**: 12 at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
+items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items).
 The budget bounds the measuring time: a candidate is not started when the time spent plus its
 estimate (the slowest candidate so far; before any, the exact items' time) would pass it.
 """

@@ -135,8 +135,8 @@ def get_maps(model_path, split: int, settings: HubSettings | None = None, *, dow
         if on_note is not None:
             on_note(text)
 
-    # The fingerprint (read once per process and kept) says the layers: a second full GGUF read costs
-    # 18 s on a model with Gemma 3's 262K-token vocabulary.
+    # The fingerprint (read once per process and kept) says the layers: a second full GGUF read is slow on
+    # a large vocabulary (docs/MEASUREMENTS.md#full-gguf-read-on-gemma-3).
     n_layer = int(model_fingerprint(model_path)["metadata"]["block_count"])
     if not 1 <= int(split) <= n_layer - 2:
         raise RidgeFillError(f"A split must lie in 1..{n_layer - 2} for this {n_layer}-layer model, not {split}.")

@@ -5,7 +5,7 @@ Where things are (no imports here, so importing the package costs nothing):
 - capture       capture_streams: the stream entering chosen layers, from the exact model
 - cache_layout  discover: each layer's KV cache tensors, cell-index inputs and RoPE parameters
 - kv_writer     the torch K/V path of a late layer, written as F16 into llama.cpp's cache
-- injection     ridgefill_prefill: modes speed / plumb (oracle) / quality, the graph cut
+- injection     run_plan (plan.ridgefill_prefill calls it): speed / guided / quality / plumb, the graph cut
 - defaults      default split and tail per model, MIN_BULK
 - maps, fitting, calibration, fingerprint, map_format, map_store   ridge maps (fit, store, verify)
 """

@@ -124,8 +124,8 @@ def runtime(engine) -> RidgeFillRuntime:
 
 def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
     """Pay RidgeFill's one-time costs before any request is timed: the runtime, guided mode's Q weights
-    (2.3 s at the first guided request otherwise), and the maps of `split` (the model's default split
-    when None) loaded and verified, if there are any."""
+    (paid by the first guided request otherwise: docs/MEASUREMENTS.md#guided-warm-up), and the maps of
+    `split` (the model's default split when None) loaded and verified, if there are any."""
     from .defaults import default_split
     from .guided import DEFAULT as GUIDED
     from .maps import MapsMissing, MapsRefused

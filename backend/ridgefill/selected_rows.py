@@ -23,8 +23,7 @@ from .lower_skip import LowerLayersSkipped, SplitStreams
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 MERGE_GAP = 3  # selected rows this close are decoded as one run, the rows between them included
 # A number is only found again if the words that introduce it ("... number for owl is") and the token
-# that ends it are exact too: measured at S=15 on SmolLM2, 2,048-token corpus needles, digits alone
-# gave 1/4 (replies began with the right digits, then drifted), with 12 rows before and 2 after 4/4.
+# that ends it are exact too (docs/MEASUREMENTS.md#number-rows-12-before-2-after).
 NUMBER_LEAD = 12
 NUMBER_TRAIL = 2
 
@@ -114,11 +113,12 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs ~6x more per row at 4K tokens). `chained`: each run sees the runs before it already exact
-    (guided) - in one batch whose attention mask run_mask edits where `cells` (a CellTap) allows,
-    else one run per llama_decode. Sequences 1.. are empty afterwards, whatever happens. `cells`:
-    records where the new rows landed, so they can be scored again. `streams`: the bulk pass's streams
-    entering the split; a batch whose rows all have one skips the layers below the split (lower_skip)."""
+    costs more per row: docs/MEASUREMENTS.md#exact-rows-in-one-decode). `chained`: each run sees the
+    runs before it already exact (guided) - in one batch whose attention mask run_mask edits where
+    `cells` (a CellTap) allows, else one run per llama_decode. Sequences 1.. are empty afterwards,
+    whatever happens. `cells`: records where the new rows landed, so they can be scored again.
+    `streams`: the bulk pass's streams entering the split; a batch whose rows all have one skips the
+    layers below the split (lower_skip)."""
     single_cache = cells is not None and run_mask.supported(cells)
     one_batch = chained and single_cache
     done = 0
