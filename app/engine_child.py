@@ -68,11 +68,11 @@ def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
 
 def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
     from backend.ridgefill.maps import MapsMissing, MapsRefused
-    from backend.ridgefill.setup import ridgefill_setup
+    from backend.ridgefill.runtime import runtime
 
     try:
         # the same verified maps the requests use: checked once per split until the folder changes
-        found = ridgefill_setup(engine).maps(req.split)
+        found = runtime(engine).maps(req.split)
     except MapsRefused as exc:
         return MapsStatus(req.split, "refused", [str(exc)])
     except MapsMissing as exc:
@@ -212,7 +212,7 @@ def _warm_up(engine) -> None:
     K/V weights, the default split's maps), so the first RidgeFill answer does not pay for it in its
     TTFT. Harmless if it fails (the request that needs it says why)."""
     try:
-        from backend.ridgefill.setup import warm_up
+        from backend.ridgefill.runtime import warm_up
 
         with engine.scratch():
             warm_up(engine)

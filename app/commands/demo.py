@@ -27,7 +27,7 @@ def run(args) -> int:
     print(f"Question: {DEMO_QUESTION}\n")
     messages = document_messages(doc.text, DEMO_QUESTION)
     # RidgeFill's one-time set-up (graph layout probe, late-layer K/V weights) is paid here, not in a TTFT.
-    from backend.ridgefill.setup import warm_up
+    from backend.ridgefill.runtime import warm_up
 
     warm_up(engine)
     results = {}

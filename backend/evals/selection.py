@@ -24,7 +24,7 @@ from ..ridgefill.guided import (NEWLINE_RULES, GuidedParams, combined, contrast_
                                probe_streams, select, sentence_ends)
 from ..ridgefill.injection import bulk_pass, one_torch_thread
 from ..ridgefill.plan import RidgeFillPlan
-from ..ridgefill.setup import ridgefill_setup
+from ..ridgefill.runtime import runtime
 from .needles import NeedleItem
 
 
@@ -72,7 +72,7 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
     need = needed_rows(engine, tokens, item)
     if max(need) >= bulk_end:
         return {"id": item.id, "bulk": False}
-    setup = ridgefill_setup(engine)
+    setup = runtime(engine)
     engine.truncate_cache(0)  # the bulk pass writes from position 0 of an empty context
     # the bulk pass stops above the highest scoring layer: what is below is all scoring reads
     cut = min(split, max(il for ls in grid.layer_sets for il in ls) + 1)

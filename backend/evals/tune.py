@@ -282,7 +282,7 @@ class _TuneRun:
         return candidates, []
 
     def measure_candidate(self, s: int, exact: _Exact) -> Candidate:
-        from ..ridgefill.setup import warm_up
+        from ..ridgefill.runtime import warm_up
 
         engine, n = self.engine, self.n
         tc = time.perf_counter()

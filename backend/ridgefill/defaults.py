@@ -53,14 +53,30 @@ def default_split(info, tuned: bool = True) -> int:
     return max(1, min(info.n_layer - 1, math.ceil(2 * info.n_layer / 3)))
 
 
+# Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
+# decoded again deep in the prompt would find its window's history already evicted.
+REDECODING_MODES = ("quality", "guided")
+
+
+def has_sliding_window(info) -> bool:
+    """Whether the model has sliding-window layers (of the architectures RidgeFill knows: gemma3)."""
+    return info.architecture == "gemma3"
+
+
+def mode_that_runs(mode: str, sliding_window: bool) -> str:
+    """What runs when `mode` is asked for: a re-decoding mode runs as speed on a model with
+    sliding-window layers (backend/ridgefill/plan.py says so in the request's note)."""
+    return "speed" if sliding_window and mode in REDECODING_MODES else mode
+
+
 def default_mode(info) -> str:
-    """The mode RidgeFill runs for this model: guided, except on models with sliding-window layers
-    (gemma3), where guided runs as speed anyway (backend/ridgefill/plan.py), so speed is what is meant."""
-    return "speed" if info.architecture == "gemma3" else DEFAULT_MODE
+    """The mode RidgeFill runs for this model: guided, or what guided runs as on this model (speed on
+    gemma3), so the mode shown is the mode that runs."""
+    return mode_that_runs(DEFAULT_MODE, has_sliding_window(info))
 
 
 def default_tail(info) -> int:
-    return SLIDING_WINDOW_TAIL if info.architecture == "gemma3" else DEFAULT_TAIL
+    return SLIDING_WINDOW_TAIL if has_sliding_window(info) else DEFAULT_TAIL
 
 
 def split_or_default(info, split: int | None) -> int:

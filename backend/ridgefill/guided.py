@@ -94,7 +94,7 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     """The streams entering `layers` for the last `window` prompt rows, from a decode on sequence 1
     through the layers below max(layers) only. Sequence 1 shares sequence 0's cells for the decode and
     lets go of every cell after, so the cache is as it was."""
-    n_cached = len(engine.cache)
+    n_cached = len(engine.row_record)
     rows = tokens[-window:]
     tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
     engine.seq_copy(0, 1, 0, n_cached)
@@ -135,21 +135,21 @@ def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
                                           count_include_pad=False)[0, 0][: scores.shape[0]]
 
 
-def layer_scores(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+def layer_scores(engine, rt, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
                  *, heads: str = "max", with_window: bool = True) -> dict[int, torch.Tensor]:
     """Per scoring layer, the attention each candidate row (bulk positions with a known cell, in order)
     gets from the window's queries (attention_scores), before pooling."""
     window = len(next(iter(streams.values())))
     pos = torch.arange(len(tokens) - window, len(tokens))
-    cells = np.asarray(engine.cache.cells(candidates))
-    qpath = setup.query_path(sorted(streams))
+    cells = np.asarray(engine.row_record.cells(candidates))
+    qpath = rt.query_path(sorted(streams))
     out = {}
     for il, h in streams.items():
-        ll = setup.layout.layers[il]
+        ll = rt.layout.layers[il]
         h = torch.from_numpy(np.asarray(h, dtype=np.float32))
         q = qpath.queries(il, h, pos)
         k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
-        own = setup.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
+        own = rt.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
         s = attention_scores(q, k, ll.head_dim_k, own, heads=heads)
         if candidates[0] == 0:
             s[0] = 0.0  # the first row is an attention sink, whatever the question
@@ -163,17 +163,17 @@ def combined(per_layer: dict[int, torch.Tensor], layers, pool: int) -> torch.Ten
     return total / len(layers)
 
 
-def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+def score_rows(engine, rt, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
                params: GuidedParams, contrast: tuple[list[int], dict[int, np.ndarray]] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per candidate row: the score that ranks it (minus the contrast question's, where given) and the
     question's own score, each combined over the scoring layers."""
-    per_layer = layer_scores(engine, setup, tokens, candidates, streams)
+    per_layer = layer_scores(engine, rt, tokens, candidates, streams)
     own = combined(per_layer, list(streams), params.pool)
     if contrast is None:
         return own, own
     other_tokens, other_streams = contrast
-    return contrasted(per_layer, layer_scores(engine, setup, other_tokens, candidates, other_streams),
+    return contrasted(per_layer, layer_scores(engine, rt, other_tokens, candidates, other_streams),
                       list(streams), params.pool), own
 
 
@@ -217,13 +217,13 @@ def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: G
     return runs_of(chosen, max_run)
 
 
-def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
+def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
                 params: GuidedParams = DEFAULT) -> list[Run]:
     """The runs this question wants exact. Rows made exact before (a follow-up) are scored too and
     count towards the budget, so a question asked again selects what is already exact."""
-    if not engine.cache.approximated(0, bulk_end):
+    if not engine.row_record.approximated(0, bulk_end):
         return []
-    candidates = engine.cache.with_cells(0, bulk_end)
+    candidates = engine.row_record.with_cells(0, bulk_end)
     layers = params.scoring_layers(engine.info.n_layer, plan.split)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
@@ -232,6 +232,6 @@ def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
             other = contrast_prompt(engine, tokens, params.window)
             contrast = (other, probe_streams(engine, other, layers, params.window))
     with phases("score"):
-        scores, own = score_rows(engine, setup, tokens, candidates, streams, params, contrast)
+        scores, own = score_rows(engine, rt, tokens, candidates, streams, params, contrast)
         ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
     return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)

@@ -62,7 +62,7 @@ def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inne
     stream = None if streams is None else streams.rows(positions)
     if stream is None:
         return None, None
-    old_cells = engine.cache.cells(positions)
+    old_cells = engine.row_record.cells(positions)
     if min(old_cells) < 0:
         return None, None
     return old_cells, LowerLayersSkipped(inner, streams.split, stream)
