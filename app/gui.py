@@ -2,7 +2,7 @@
 
 `python -m app.gui --screenshot PATH --scene chat|recall` is a debug aid: it drives the real window
 (attach a long document, ask with "compare with exact"; or run the recall panel) and saves it with
-QWidget.grab(). The README screenshots are made with it under Xvfb.
+QWidget.grab(). The screenshots in README.md and docs/ are made with it under Xvfb.
 """
 from __future__ import annotations
 

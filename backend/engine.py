@@ -64,7 +64,8 @@ class EngineConfig:
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
-# runs goes through llama.cpp in one batch: its small-batch path is ~6x slower per row) and probes.
+# runs goes through llama.cpp in one batch: its small-batch path is slower per row,
+# docs/MEASUREMENTS.md#exact-rows-in-one-decode) and probes.
 N_SEQ = 32
 
 

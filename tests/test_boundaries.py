@@ -8,7 +8,11 @@ imports too).
 - layers ui -> app -> backend: backend never imports app or ui, app never imports ui (but for the
   GUI's entry point and the self-test, which start the window);
 - the UI never calls llama.cpp itself (no direct import of llama_cpp);
-- no import cycles in backend: between the children of every package in it, at every depth.
+- no import cycles in backend: between the children of every package in it, at every depth;
+- ridgefill never imports the hub or the evals (directly or through a chain of imports);
+- the UI never imports the evals (backend.evals, lab tooling) itself;
+- the evals are imported only where an eval runs: the eval commands (app.commands.evals), the GUI's
+  recall task, and Tune for this model (app.commands.tune, the engine child's tune handler).
 """
 from __future__ import annotations
 
@@ -42,6 +46,9 @@ def test_the_contracts_are_all_there():
         "layers: ui -> app -> backend",
         "the UI never calls llama.cpp itself",
         "no import cycles in backend",
+        "ridgefill never imports the hub or the evals",
+        "the UI never imports the evals itself",
+        "the evals are imported only where an eval runs",
     }
 
 

@@ -11,7 +11,8 @@ import pytest
 from backend.errors import Cancelled, RidgeFillError
 from backend.hub.get_maps import CaptureOptions, get_maps
 from backend.hub.settings import HubSettings
-from backend.ridgefill import calibration
+from backend.ridgefill import activation_store
+from backend.ridgefill.capture_plan import CaptureDiskShort
 from tests.tiny_gguf import write_tiny_gguf
 
 SMALL = CaptureOptions(max_tokens=1200, seq_tokens=200)  # 6 sequences of 200 tokens
@@ -60,9 +61,9 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
     with pytest.raises(Cancelled):  # cancelled halfway through the capture (3 of 6 sequences done)
         get_maps(tiny_path, 2, hs, engine=tiny_engine, capture=SMALL, cancel=lambda: len(seen) >= 3,
                  on_progress=lambda stage, d, t: seen.append(d) if stage == "capture" and d % 200 == 0 else None)
-    state = calibration.capture_state(tiny_path)
+    state = activation_store.capture_state(tiny_path)
     assert len(state["done"]) == 3 and state["sequences"] == 6
-    assert calibration.load_activations(tiny_path) is None  # an unfinished capture is never taken for one
+    assert activation_store.load_activations(tiny_path) is None  # an unfinished capture is never taken for one
     assert not hs.maps_dir.exists() or not any(hs.maps_dir.iterdir())  # no map folder at all
 
     # A fit that dies while writing (here: the third file) leaves no folder, hidden or not.
@@ -81,7 +82,7 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
         get_maps(tiny_path, 1, hs, engine=tiny_engine, capture=SMALL, on_note=notes.append)
     monkeypatch.setattr(map_format, "save_file", real)
     assert any("resuming" in n for n in notes)
-    acts = calibration.load_activations(tiny_path)
+    acts = activation_store.load_activations(tiny_path)
     assert acts.facts["resumed_sequences"] == 3 and acts.facts["captured_sequences"] == 3  # fewer the second time
     assert list(hs.maps_dir.iterdir()) == []
 
@@ -100,9 +101,9 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
 
 
 def test_a_capture_that_would_not_fit_the_disk_is_refused_before_it_starts(tiny_engine, tiny_path):
-    with pytest.raises(calibration.CaptureDiskShort, match="Not enough disk space to capture") as err:
+    with pytest.raises(CaptureDiskShort, match="Not enough disk space to capture") as err:
         get_maps(tiny_path, 2, settings(), engine=tiny_engine, capture=SMALL, disk_free=lambda p: 1000)
-    assert "MB" in str(err.value) and calibration.capture_state(tiny_path) is None
+    assert "MB" in str(err.value) and activation_store.capture_state(tiny_path) is None
 
 
 def test_maps_for_another_model_are_not_taken(tiny_engine, tiny_path, tmp_path):

@@ -136,7 +136,7 @@ def test_guided_with_every_bulk_row_selected_equals_off(engine):
 
 
 def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
-    from backend.ridgefill import selected_rows
+    from backend.ridgefill import redecode
     from backend.ridgefill.lower_skip import LowerLayersSkipped
 
     skips = []
@@ -146,7 +146,7 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
             super().restore()
             skips.append(self.written and self.error is None)
 
-    monkeypatch.setattr(selected_rows, "LowerLayersSkipped", Recorded)
+    monkeypatch.setattr(redecode, "LowerLayersSkipped", Recorded)
     owl = engine.tokenize("\n\nThe special magic number for owl is 4729185.\n\n", add_special=False)
     gate = engine.tokenize("\n\nThe locker code for the blue gate is 1122334.\n\n", add_special=False)
     base = induction_prompt(engine, 2000)
@@ -194,7 +194,8 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
     recs = selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid)
     assert [r["bulk"] for r in recs] == [True, False]  # a needle in the exact tail is not scored
     hits = recs[0]["hits"]
-    # layer 7 holds SmolLM2's retrieval heads (the README's hit-rate table); layer 2's ranking is poor
+    # layer 7 holds SmolLM2's retrieval heads, layer 2's ranking is poor
+    # (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
     for key in ("W32|L7|max|bulk+window|p5|fwrap|k6", "W32|L7|max|bulk+window|p5|fwrap|k6|contrast",
                 "W32|L7|max|bulk+window|p5|fwrap|k6|contrast+own4"):
         p = GuidedParams()
@@ -211,8 +212,8 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
     second would see the first's approximate (zero-map) rows; with the batch's mask edited (run_mask),
     or decoded one after the other, it sees them exact, so its late-layer keys are (nearly) exact's."""
     from backend.engine import Engine, EngineConfig
-    from backend.ridgefill import guided, run_mask, selected_rows
-    from backend.ridgefill.selected_rows import Run
+    from backend.ridgefill import guided, redecode, run_mask
+    from backend.ridgefill.redecode import Run
     from backend.ridgefill.setup import ridgefill_setup
 
     eng = Engine(EngineConfig(model_path, n_ctx=4096, n_batch=2048, n_ubatch=2048))  # one batch: both runs
@@ -246,8 +247,8 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
         assert (0, 700) in decodes and (704, bulk - 704) in decodes
         run_after_run = second_run_error()
 
-        batched = selected_rows.redecode_exact
-        monkeypatch.setattr(selected_rows, "redecode_exact", lambda *a, **k: batched(*a, **{**k, "chained": False}))
+        batched = redecode.redecode_exact
+        monkeypatch.setattr(redecode, "redecode_exact", lambda *a, **k: batched(*a, **{**k, "chained": False}))
         ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
         together = second_run_error()
         # measured at layer 25: 0.022 run after run (layer 5, below the split, shows 0.009 from the
@@ -301,9 +302,9 @@ def test_rows_made_exact_skip_the_lower_layers_and_give_the_graph_its_ops_back(e
     again: runs covering the bulk but four rows give exact's keys below the split (copied from the old
     cells) and above it, and exact's answer. Every parked node has its op back after each decode, as
     llama.cpp may reuse the graph for a next decode of the same shape."""
-    from backend.ridgefill import ggml_graph, guided, selected_rows
+    from backend.ridgefill import ggml_graph, guided, redecode
     from backend.ridgefill.lower_skip import LowerLayersSkipped
-    from backend.ridgefill.selected_rows import Run
+    from backend.ridgefill.redecode import Run
     from backend.ridgefill.setup import ridgefill_setup
 
     toks = induction_prompt(engine, 2000)
@@ -325,7 +326,7 @@ def test_rows_made_exact_skip_the_lower_layers_and_give_the_graph_its_ops_back(e
             given_back = all(ggml_graph.view(tensor).op == op != 0 for tensor, op in parked)
             skips.append((self.written, self.error, len(parked), given_back))
 
-    monkeypatch.setattr(selected_rows, "LowerLayersSkipped", Recorded)
+    monkeypatch.setattr(redecode, "LowerLayersSkipped", Recorded)
     monkeypatch.setattr(guided, "guided_runs", lambda *a, **k: runs)
     engine.truncate_cache(0)  # cleared to zeros: the new cells hold no old keys
     rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())

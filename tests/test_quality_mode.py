@@ -13,7 +13,8 @@ import torch
 from backend.protocol import CompletionRequest
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
-from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, batches, select_runs, token_score
+from backend.ridgefill.quality_rows import NUMBER_LEAD, NUMBER_TRAIL, select_runs, token_score
+from backend.ridgefill.redecode import Run, batches
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
 SPLIT, TAIL = 18, 512

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from backend.engine import Engine, EngineConfig
-from backend.ridgefill.capture import capture_streams
+from backend.ridgefill.stream_capture import capture_streams
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.setup import ridgefill_setup as engine_state
 from tiny_gguf import D, write_tiny_gguf  # tests/ is on sys.path (pytest prepend mode)

@@ -9,7 +9,7 @@ import torch
 from backend.corpus import corpus_texts
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
-from backend.ridgefill.capture import capture_streams
+from backend.ridgefill.stream_capture import capture_streams
 from backend.completion import complete
 from backend.ridgefill.defaults import default_tail
 from backend.ridgefill.plan import ridgefill_prefill

@@ -27,7 +27,7 @@ from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import CountRequest, CountResult, TaskKind
 from backend.documents import document_messages, read_document
 from backend.errors import DocumentError
-from backend.evals.compare import answers_agree
+from backend.answers import answers_agree
 from backend.protocol import ChatMessage, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls

@@ -33,10 +33,10 @@ from app.engine_protocol import (
     TuneDone,
     TuneRequest,
 )
-from app.model_header import read_model_header
 from app.settings import Settings
 from backend.errors import ModelFileError
 from backend.eta import Eta
+from backend.model_file import read_model_header
 from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
 
     # ---- the model's layers and defaults -----------------------------------------------------------
     def show_model(self, model_path: str) -> bool:
-        """Set the controls from the model file's header (milliseconds, app/model_header.py): its layers,
+        """Set the controls from the model file's header (milliseconds, backend/model_file.py): its layers,
         and the user's saved split and tail where they fit it, else the model's defaults
         (backend/ridgefill/defaults.py, the one home of defaults; the engine reports the same)."""
         from backend.model_file import embedded_model_path

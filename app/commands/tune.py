@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from app.commands.common import open_engine, say_note, stage_printer
-from app.commands.evals_common import float_list, int_list, str_list
+from app.commands.common import float_list, int_list, open_engine, say_note, stage_printer, str_list
 
 
 def register(sub) -> None:

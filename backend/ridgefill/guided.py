@@ -9,7 +9,7 @@ heads (retrieval heads are few), average-pooled over neighbouring rows, combined
 same scores for a question about nothing in particular are taken off (what every question looks at). The
 best rows, then a few by the question's own scores, each with a window that reaches forward to the value
 it introduces, are decoded again through every layer, each run seeing the runs before it exact
-(selected_rows.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
+(redecode.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
 split are not run again: lower_skip), then the exact tail runs.
 
 Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
@@ -24,39 +24,36 @@ import torch
 
 from ..protocol import ChatMessage
 from .cache_layout import LayoutRefused
-from .capture import StreamTap
-from .selected_rows import Run, runs_of
+from .stream_capture import StreamTap
+from .redecode import Run, runs_of
 
 
 @dataclass(frozen=True)
 class GuidedParams:
     window: int = 32  # prompt rows whose attention scores the bulk
     # scoring layers as shares of the model's depth (kept below the split): 0.24 of SmolLM2's 30 is layer
-    # 7, which held the asked needle in 32 of 38 hit-rate items; layers 3, 5 and 9 alone in at most 10
+    # 7, which holds its retrieval heads (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
     layers: tuple[float, ...] = (0.24,)
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
-    # distinct places the question points to, made exact (measured before the contrast question; S=12,
-    # T=128, filler, against exact): 4 lost recall (29/47 against 36/47, p = 0.016); 6 lost multivalue
-    # items (68/96 against 75/96, multivalue 12/32 against 18/32); 8 held it (77/96, multivalue 20/32)
+    # distinct places the question points to, made exact: fewer lost multivalue items
+    # (docs/MEASUREMENTS.md#places-8-not-4-or-6)
     peaks: int = 8
     budget: int = 256  # no place is taken once this many rows are (the last one is taken whole)
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
-    # question's attention (a multi-value question spent 5 of 8 peaks on the needle task's own
-    # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
-    # peaks held all three).
+    # question's attention (docs/MEASUREMENTS.md#prompt-head-left-out).
     head: int = 64
     # The question's scores minus a question about nothing in particular's (CONTRAST_QUESTION), each
     # scaled to a maximum of 1: what any question looks at (paragraph starts, a few "magnet" sentences,
-    # recent rows) drops out. Answer rows selected (8 places), 23 questions about 4 real licence texts:
-    # 19 with it, 3 without; needle items 156/165 with it, 129/165 without (README: selection hit rate).
+    # recent rows) drops out, and real questions' answers get selected
+    # (docs/MEASUREMENTS.md#contrast-question).
     contrast: bool = True
-    newlines: str = "wrap"  # which line breaks end a sentence (sentence_ends): 19/23 licence answers, "line" 15
+    # which line breaks end a sentence (sentence_ends): docs/MEASUREMENTS.md#contrast-question
+    newlines: str = "wrap"
     # Then places by the question's own scores, without the contrast: what every question looks at,
-    # which in a needle haystack is every needle. The contrast alone lost filler multikey items in
-    # generation (70/96 against exact's 75/96: each rival needle left approximate); with 4 such places
-    # 73/96 (README: recall).
+    # which in a needle haystack is every needle: the rival needles must be exact for the model to tell
+    # them apart (docs/MEASUREMENTS.md#contrast-question).
     also_peaks: int = 4
 
     def scoring_layers(self, n_layer: int, split: int) -> list[int]:

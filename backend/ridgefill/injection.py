@@ -20,7 +20,7 @@ from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from . import ggml_graph
 from .cache_layout import CellTap, LayoutRefused
-from .capture import capture_streams
+from .stream_capture import capture_streams
 from .lower_skip import SplitStreams
 from .setup import RidgeFillSetup, ridgefill_setup
 
@@ -113,8 +113,9 @@ def torch_threads(n_threads: int):
 
 def one_torch_thread():
     """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
-    fight llama.cpp's threads for the cores (measured 30× slower on a busy 2-core machine). The late
-    writes, gathered into few large blocks, take the engine's threads (_write_late)."""
+    fight llama.cpp's threads for the cores
+    (docs/MEASUREMENTS.md#injection-torch-threads-and-activation-quantization). The late writes,
+    gathered into few large blocks, take the engine's threads (_write_late)."""
     return torch_threads(1)
 
 
@@ -125,8 +126,8 @@ def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
     exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
     stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
     rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
-    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
-    about 32 s at 8,000 tokens, S=15)."""
+    up to 1,023 rows in an 8K prompt's tail, each costing the full model
+    (docs/MEASUREMENTS.md#tail-of-exactly-t-rows)."""
     n = max(0, n_tokens - tail)
     if mode == "plumb":
         chunk = engine.ubatch_rows
@@ -182,8 +183,7 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
 
 # Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
 # their lower layers ran: fewer, larger blocks let torch use both cores without its threads spinning
-# against llama.cpp's between every chunk. Prediction and writes of an 8,000-token prefill (S=12, 2
-# threads): 1.1 + 1.6 s per 512-row chunk on one thread, 0.5 + 0.8 s in 2,048-row blocks.
+# against llama.cpp's between every chunk (docs/MEASUREMENTS.md#late-kv-in-2048-row-blocks).
 LATE_BLOCK = 2048
 
 
@@ -300,7 +300,8 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
     those whose split stream a bulk pass kept (this prefill's or, for a follow-up, an earlier one's) skip
     the layers below the split (`streams`)."""
-    from .selected_rows import redecode_exact, runs_of, select_runs
+    from .quality_rows import select_runs
+    from .redecode import redecode_exact, runs_of
 
     if plan.mode == "quality":
         with phases("select"):
@@ -312,12 +313,10 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     todo = set(engine.cache.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
     with phases("exact_rows"):
-        # guided: each run sees the runs before it exact. Decoded in one batch as they are, a run saw
-        # the approximate rows of the runs before it: a needle whose key the question repeats was made
-        # exact with every other needle, yet the answer took another needle's value (filler multikey
-        # items at S=12; batches of >= 64 rows lost 12 filler items of 48). One batch whose mask shows
-        # each run the new rows of the runs before it (run_mask) computes what a llama_decode per run
-        # would, with the tiled attention kernel: at 8,000 tokens 131 rows took 1.6 s, not 2.9 s.
+        # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
+        # (docs/MEASUREMENTS.md#runs-made-exact-in-order). One batch whose mask shows each run the new
+        # rows of the runs before it (run_mask) computes what a llama_decode per run would, with the
+        # tiled attention kernel (docs/MEASUREMENTS.md#one-call-re-decode).
         n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout),
                            chained=plan.mode == "guided", streams=streams)
         return n

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..engine import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
-from .defaults import MIN_BULK, MIN_TAIL, default_split, default_tail
+from .defaults import MIN_BULK, MIN_TAIL, split_or_default, tail_or_default
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .setup import ridgefill_setup
@@ -86,8 +86,7 @@ def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFill
     """How to prefill `request` (a prompt of `n_tokens`): the Engine's planner."""
     if request.mode == "off":
         return ExactPrefill()
-    split = request.split if request.split is not None else default_split(engine.info)
-    tail = request.tail if request.tail is not None else default_tail(engine.info)
+    split, tail = split_or_default(engine.info, request.split), tail_or_default(engine.info, request.tail)
     return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share)
 
 

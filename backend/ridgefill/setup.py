@@ -12,18 +12,10 @@ import weakref
 from pathlib import Path
 
 from ..errors import RidgeFillError
-from ..model_file import open_reader
 from .cache_layout import GraphLayout, discover
 from .kv_writer import KVWriter
 
 log = logging.getLogger(__name__)
-
-
-def _sliding_window(model_path: str) -> int:
-    reader = open_reader(Path(model_path))
-    arch = str(reader.fields["general.architecture"].contents())
-    f = reader.fields.get(f"{arch}.attention.sliding_window")
-    return int(f.contents()) if f is not None else 0
 
 
 def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
@@ -70,7 +62,7 @@ class RidgeFillSetup:
         self._n_head = engine.info.n_head  # split -> (folder stamp, RidgeMaps or the error)
         try:
             self.layout = discover(engine)
-            self.n_swa = _sliding_window(engine.info.path)
+            self.n_swa = engine.info.sliding_window
             self.swa_layers = _swa_layers(engine.info, self.layout, self.n_swa)
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
@@ -127,8 +119,8 @@ def ridgefill_setup(engine) -> RidgeFillSetup:
 
 def warm_up(engine, split: int | None = None) -> RidgeFillSetup:
     """Pay RidgeFill's one-time costs before any request is timed: the set-up, guided mode's Q weights
-    (2.3 s at the first guided request otherwise), and the maps of `split` (the model's default split
-    when None) loaded and verified, if there are any."""
+    (paid by the first guided request otherwise: docs/MEASUREMENTS.md#guided-warm-up), and the maps of
+    `split` (the model's default split when None) loaded and verified, if there are any."""
     from .defaults import default_split
     from .guided import DEFAULT as GUIDED
     from .maps import MapsMissing, MapsRefused

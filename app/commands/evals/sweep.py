@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from app.commands.common import open_engine
-from app.commands.evals_common import float_list, haystack_of, int_list, say, split_tail, str_list
+from app.commands.common import float_list, int_list, open_engine, str_list
+from app.commands.evals.common import haystack_of, say, split_tail
 from app.paths import data_dir
 from backend.evals.needles import build_item, make_items
 from backend.evals.nll import nll_documents

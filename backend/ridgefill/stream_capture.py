@@ -1,5 +1,6 @@
-"""Activation capture: run text through the exact model and record the residual stream entering
-chosen layers, read from the graph's `l_out-(il-1)` nodes through the eval callback."""
+"""Stream capture: run tokens through the exact model and record the residual stream entering chosen
+layers, read from the graph's `l_out-(il-1)` nodes through the eval callback (in memory; calibration.py
+stores the calibration run's streams on disk)."""
 from __future__ import annotations
 
 from typing import Callable
