@@ -136,6 +136,23 @@ def test_the_decision_rule():
     assert candidate_splits(30, 12) == [9, 12, 15, 18] and candidate_splits(18, 12) == [5, 7, 9, 11, 12]
 
 
+def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_recall():
+    from backend.evals.tune import Candidate, choose, refusal
+    from backend.protocol import Timings
+
+    fast = Timings(mode="guided")
+    assert refusal("guided", [{"mode_run": "guided"}] * 3, fast, 1.6) == ""
+    why = refusal("guided", [{"mode_run": "guided"}, {"mode_run": "off", "note": "RidgeFill stopped (cells)"}], fast, 1.2)
+    assert why.startswith("its requests ran off, not guided") and "RidgeFill stopped" in why
+    assert "ran speed" in refusal("guided", [{"mode_run": "guided"}], Timings(mode="speed"), 1.6)
+    assert refusal("guided", [{"mode_run": "guided"}], fast, 1.01).startswith("it gains nothing")
+    assert refusal("guided", [{"mode_run": "guided"}], fast, None).startswith("it gains nothing")
+    # recall as exact's, but refused: the default stays (what the tune of Gemma 3 at S = 5 did before)
+    refused = Candidate(5, 10, 10, 12, 1.17, False, refused="its requests ran off, not speed")
+    assert refused.brief()["refused"] and "refused" not in Candidate(9, 10, 10, 12, 1.5, True).brief()
+    assert choose([refused], 12, 10, 12)[0] == 12
+
+
 def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, capsys, tiny_path):
     from app.cli import run_cli
     from backend.evals import tune

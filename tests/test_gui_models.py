@@ -50,17 +50,18 @@ def row_of(panel, name):
 def test_catalogue_lists_the_embedded_model_and_downloads_with_progress(qtbot, panel, tiny):
     names = [e.name for e in panel.entries]
     assert "SmolLM2 135M Instruct" in names and "Tiny test model" in names
-    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 4).text() == "embedded"
+    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 5).text() == "embedded"
     r = row_of(panel, "Tiny test model")
-    assert panel.table.item(r, 4).text() == "not downloaded"
-    assert "disk:" in panel.table.item(r, 5).text()  # the fit hint
+    assert panel.table.item(r, 5).text() == "not downloaded"
+    assert "disk:" in panel.table.item(r, 6).text()  # the fit hint
+    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 4).text() == "8K"  # its context
     panel.table.selectRow(r)
     assert panel.download_btn.isEnabled() and not panel.use_btn.isEnabled()
     panel.download_btn.click()
     assert panel.cancel_btn.isEnabled() and not panel.progress.isHidden()
     qtbot.waitUntil(lambda: panel.state.text().startswith(("Ready", "Failed")), timeout=30_000)
     assert panel.state.text().startswith("Ready"), panel.state.text()
-    assert panel.table.item(r, 4).text() == "installed"
+    assert panel.table.item(r, 5).text() == "installed"
     panel.table.selectRow(r)
     assert panel.use_btn.isEnabled()
     opened = []
@@ -79,7 +80,7 @@ def test_cancel_stops_a_download_and_installs_nothing(qtbot, panel):
     panel.cancel_btn.click()
     qtbot.waitUntil(lambda: panel.state.text().startswith(("Failed", "Ready")), timeout=20_000)
     assert panel.state.text().startswith("Failed") and "cancel" in panel.state.text()
-    assert panel.table.item(r, 4).text() == "not downloaded"
+    assert panel.table.item(r, 5).text() == "not downloaded"
     assert panel.download_btn.isEnabled()
 
 

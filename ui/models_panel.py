@@ -44,6 +44,11 @@ def _size(b: int | None) -> str:
     return "?" if not b else (f"{b / 1e9:.2f} GB" if b >= 1e9 else f"{b / 1e6:.0f} MB")
 
 
+def _context(n: int | None) -> str:
+    """A context length as people write it: 8K, 32K, 128K tokens."""
+    return "?" if not n else (f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}")
+
+
 # ---- the work, run in background jobs (no widgets) -----------------------------------------------
 def read_catalogue(hs: HubSettings) -> tuple[list[cat.ModelEntry], list[dict]]:
     """The catalogue and, per entry, what is installed and whether it fits (backend.hub.status)."""
@@ -118,8 +123,8 @@ class ModelsPanel(QWidget):
         self._refresh_task: TaskHandle | None = None
         self._maps_task: TaskHandle | None = None
 
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "State", "Fits this machine"])
+        self.table = QTableWidget(0, 7)
+        self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "Context", "State", "Fits this machine"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
@@ -202,7 +207,8 @@ class ModelsPanel(QWidget):
         self.table.setRowCount(len(entries))
         for r, (e, row) in enumerate(zip(entries, rows)):
             fit = "" if row["path"] else row["fit"]
-            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), _state(e, row), fit]):
+            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), _context(e.context_length),
+                                      _state(e, row), fit]):
                 item = QTableWidgetItem(text)
                 item.setToolTip(e.notes or text)
                 self.table.setItem(r, c, item)

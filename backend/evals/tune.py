@@ -46,8 +46,10 @@ DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks 
 # exact, S = 9 and S = 12 fit in 12 minutes.
 DEFAULT_BUDGET_S = 720.0
 SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
+MIN_GAIN = 1.05  # a candidate must be at least this much faster than exact: below it, nothing is won
 RULE = ("keeps recall: at most 1 + n // 24 items lost (right exact, wrong at the split), decided only when "
-        "exact recalls at least half the items; the lowest candidate that keeps recall is chosen")
+        "exact recalls at least half the items; the lowest candidate that keeps recall is chosen; a candidate "
+        f"whose requests ran exact, or less than {MIN_GAIN}x faster than exact, is refused")
 
 
 def tolerance(n: int) -> int:
@@ -84,10 +86,24 @@ class Candidate:
     maps: str = ""  # how the maps were had: cached | downloaded | fitted
     seconds: float = 0.0
     lost: int = 0  # items right exact and wrong at this split
+    refused: str = ""  # why this candidate can never be chosen, whatever its recall ("" when it can)
 
     def brief(self) -> dict:
         return {"split": self.split, "bulk_correct": self.bulk_correct, "exact_correct": self.exact_correct,
-                "n": self.n, "lost": self.lost, "ratio": self.ratio}
+                "n": self.n, "lost": self.lost, "ratio": self.ratio, **({"refused": self.refused} if self.refused else {})}
+
+
+def refusal(mode: str, recall_rows: list[dict], ttft_timings, ratio: float | None) -> str:
+    """Why a measured candidate must not be chosen: its requests ran another mode than `mode` (exact,
+    or speed for guided), or it is no faster than exact. "" when it may be chosen."""
+    ran = [r.get("mode_run") for r in recall_rows] + [ttft_timings.mode]
+    if any(m != mode for m in ran):
+        other = next(m for m in ran if m != mode)
+        note = next((r.get("note") for r in recall_rows if r.get("note")), "") or ttft_timings.note
+        return f"its requests ran {other}, not {mode}" + (f" ({note})" if note else "")
+    if ratio is None or ratio < MIN_GAIN:
+        return f"it gains nothing: TTFT ratio {ratio if ratio is not None else '-'}x (needs {MIN_GAIN}x)"
+    return ""
 
 
 @dataclass
@@ -296,12 +312,14 @@ class _TuneRun:
         lost = sum(1 for r in rec if r["id"] in exact.right and not r["correct"])
         fast = _ttft(engine, exact.ttft_item, self.mode, s, self.tail, self.cancel)
         ratio = round(exact.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
-        c = Candidate(s, bulk_correct, exact.correct, n, ratio, keeps_recall(lost, exact.correct, n),
+        refused = refusal(self.mode, rec, fast, ratio)
+        c = Candidate(s, bulk_correct, exact.correct, n, ratio,
+                      keeps_recall(lost, exact.correct, n) and not refused,
                       ttft_ms=round(fast.ttft_ms, 1), mode_run=fast.mode, note=fast.note or "",
-                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost)
+                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost, refused=refused)
+        verdict = f"refused: {refused}" if refused else ("keeps recall" if c.keeps else "loses recall")
         self.note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact.correct}/{n}, {lost} lost), TTFT ratio "
-                  f"{ratio if ratio is not None else '-'}x, {'keeps' if c.keeps else 'loses'} recall"
-                  + (f" ({c.note})" if c.note else ""))
+                  f"{ratio if ratio is not None else '-'}x, {verdict}")
         return c
 
 
