@@ -136,6 +136,19 @@ def test_the_decision_rule():
     assert candidate_splits(30, 12) == [9, 12, 15, 18] and candidate_splits(18, 12) == [5, 7, 9, 11, 12]
 
 
+def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
+    from types import SimpleNamespace
+
+    from backend.errors import RidgeFillError
+    from backend.evals.tune import _checked_splits
+
+    gemma = SimpleNamespace(n_layer=18)
+    assert _checked_splits(None, gemma, 12, floor=6) == [7, 9, 11, 12]  # 5: below the global cache's first layer
+    with pytest.raises(RidgeFillError, match="6..16"):
+        _checked_splits([5, 9], gemma, 12, floor=6)
+    assert _checked_splits([9, 12], gemma, 12) == [9, 12]
+
+
 def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_recall():
     from backend.evals.tune import Candidate, choose, refusal
     from backend.protocol import Timings

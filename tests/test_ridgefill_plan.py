@@ -37,6 +37,7 @@ class FakeMaps:
 class FakeRuntime:
     refused: str | None = None
     swa_layers: set = field(default_factory=set)
+    min_split: int = 1
     found: object = field(default_factory=FakeMaps)  # what maps() gives, or the exception it raises
     asked: list = field(default_factory=list)  # the splits maps() was asked for
 
@@ -96,6 +97,25 @@ def test_plumb_counts_its_bulk_in_whole_chunks():
     eng = FakeEngine(ubatch_rows=768)  # 64 + 1,100 tokens: speed has 1,100 bulk rows, plumb one chunk of 768
     assert refusal(eng, 64 + 1100, "speed", SPLIT, 64) is None
     assert "768 rows before the 64-token exact tail" in refusal(eng, 64 + 1100, "plumb", SPLIT, 64)
+
+
+def test_a_split_below_a_cache_groups_first_layer_is_refused_up_front():
+    rt = FakeRuntime(min_split=6)  # gemma3: the global cache's first layer is 5
+    eng = FakeEngine(ridgefill_runtime=rt)
+    why = refusal(eng, LONG, "speed", 5, 64)
+    assert why and "at least 6" in why and "layer 5" in why
+    assert rt.asked == [] and refusal(eng, LONG, "speed", 6, 64) is None
+
+
+def test_min_split_is_one_above_the_last_cache_groups_first_layer():
+    from types import SimpleNamespace
+
+    from backend.ridgefill.runtime import _min_split
+
+    gemma = SimpleNamespace(layers={il: SimpleNamespace(k_index="g" if il % 6 == 5 else "s") for il in range(18)})
+    assert _min_split(gemma) == 6
+    one = SimpleNamespace(layers={il: SimpleNamespace(k_index="k") for il in range(30)})
+    assert _min_split(one) == 1
 
 
 def test_a_refused_runtime_runs_exact_with_its_reason():

@@ -163,13 +163,14 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
     `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
     `settings` (HubSettings) says where the maps go. Raises Cancelled between items."""
     from ..ridgefill import defaults, tuned
+    from ..ridgefill.runtime import runtime
 
     t_start = time.perf_counter()
     info = engine.info
     default = defaults.default_split(info, tuned=False)  # the measured default, never an earlier tune's
     mode = mode or defaults.default_mode(info)
     tail = defaults.tail_or_default(info, tail)
-    splits = _checked_splits(splits, info, default)
+    splits = _checked_splits(splits, info, default, runtime(engine).min_split)
     ttft_length = min(ttft_length, engine.n_ctx - 32)
     length = min(length, engine.n_ctx - 64)
     items = _bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
@@ -192,12 +193,16 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
     return result
 
 
-def _checked_splits(splits: list[int] | None, info, default: int) -> list[int]:
-    """The candidates asked for (sorted, once each), else the standard ones; each must leave layers to map."""
-    splits = sorted(set(splits)) if splits else candidate_splits(info.n_layer, default)
-    bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
+def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1) -> list[int]:
+    """The candidates asked for (sorted, once each), else the standard ones from `floor` on (the lowest
+    split RidgeFill can run at: runtime.min_split); each must leave layers to map."""
+    splits = sorted(set(splits)) if splits else [s for s in candidate_splits(info.n_layer, default) if s >= floor]
+    lo = max(1, floor)
+    bad = [s for s in splits if not lo <= s <= info.n_layer - 2]
     if bad:
-        raise RidgeFillError(f"A split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}.")
+        why = f" (below {lo} the bulk pass cannot see a late layer's cache cells)" if lo > 1 else ""
+        raise RidgeFillError(f"A split must lie in {lo}..{info.n_layer - 2} for this {info.n_layer}-layer "
+                             f"model{why}, not {bad[0]}.")
     return splits
 
 

@@ -50,6 +50,15 @@ def _folder_stamp(dirs: list[Path], split: int) -> tuple:
     return tuple(out)
 
 
+def _min_split(layout: GraphLayout) -> int:
+    """One above the highest first layer of a cache group: a bulk pass cut below a group's first layer
+    never sees that group's cell indices (gemma3's global layers start at 5, so S must be at least 6)."""
+    first: dict[str, int] = {}
+    for il in sorted(layout.layers):
+        first.setdefault(layout.layers[il].k_index, il)
+    return max(first.values()) + 1 if first else 1
+
+
 class RidgeFillRuntime:
     def __init__(self, engine):
         self.model_path = engine.info.path
@@ -58,6 +67,7 @@ class RidgeFillRuntime:
         self.writer: KVWriter | None = None
         self.n_swa = 0
         self.swa_layers: set[int] = set()
+        self.min_split = 1  # the lowest split whose bulk pass sees every late layer's cell indices
         self._maps: dict[int, tuple[tuple, object]] = {}  # split -> (folder stamp, RidgeMaps or the error)
         self._query_path = None
         self._n_head = engine.info.n_head
@@ -65,6 +75,7 @@ class RidgeFillRuntime:
             self.layout = discover(engine)
             self.n_swa = engine.info.sliding_window
             self.swa_layers = _swa_layers(engine.info, self.layout, self.n_swa)
+            self.min_split = _min_split(self.layout)
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
             self.writer = KVWriter(engine.info.path, self.layout, list(range(1, engine.info.n_layer)))
