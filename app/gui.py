@@ -2,7 +2,7 @@
 
 `python -m app.gui --screenshot PATH --scene chat|recall` is a debug aid: it drives the real window
 (attach a long document, ask with "compare with exact"; or run the recall panel) and saves it with
-QWidget.grab(). The README screenshots are made with it under Xvfb.
+QWidget.grab(). The screenshots in README.md and docs/ are made with it under Xvfb.
 """
 from __future__ import annotations
 
@@ -23,20 +23,11 @@ def build_window(args=None):
             settings.model_path = args.model
         if getattr(args, "threads", None):
             settings.threads = args.threads
-    settings.apply_environment()
-    service = EngineClient(_engine_settings(settings))
+    settings.use_cache_location()
+    service = EngineClient(settings.engine_settings())
     window = MainWindow(settings, service, ConversationStore())
     service.start()
     return window
-
-
-def _engine_settings(settings):
-    from app.engine_protocol import EngineSettings
-    from backend.model_file import embedded_model_path
-
-    return EngineSettings(model_path=settings.model_path or str(embedded_model_path()), n_ctx=settings.n_ctx,
-                          n_threads=settings.threads or None, prompt_cache=settings.prompt_cache_gb > 0,
-                          cache_limit_bytes=settings.prompt_cache_bytes())
 
 
 def _app():

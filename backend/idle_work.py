@@ -73,7 +73,7 @@ class IdleWork:
         return (not self._saved and self.cache is not None) or self._may_refine()
 
     def _may_refine(self) -> bool:
-        return self.refine and not self._refine_note and not self.engine.cache.all_exact
+        return self.refine and not self._refine_note and not self.engine.row_record.all_exact
 
     def step(self, should_stop: Callable[[], bool] | None = None) -> bool:
         """One piece of the work; False when there was none. `should_stop` is asked between pieces of
@@ -84,7 +84,7 @@ class IdleWork:
             self._save(should_stop)
             return True
         self._refine_chunk()
-        if self.engine.cache.all_exact:
+        if self.engine.row_record.all_exact:
             self._saved = False  # save it again, exact
         return True
 
@@ -115,7 +115,7 @@ class IdleWork:
             pass
 
     def status(self) -> DocumentStatus:
-        rows = self.engine.cache
+        rows = self.engine.row_record
         st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),
                             saved=self._saved and self._document is not None,
                             note=" ".join(n for n in (self._save_note, self._refine_note) if n))

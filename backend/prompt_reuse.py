@@ -19,12 +19,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable
 
-import llama_cpp
 import numpy as np
 
 from .engine import CancelCheck, Engine, EventSink, Planner, PrefillReport, PrefillStrategy
 from .errors import EngineError
-from .kv_cache import CachedRows
+from .row_record import RowRecord
 from .prompt_cache import Build, Entry, EntryRefused, PromptCache
 from .protocol import CompletionRequest
 from .seq_state import MARK_BYTES, read_layout
@@ -41,13 +40,13 @@ def model_key(engine: Engine) -> str:
     return variant_key(model_fingerprint(engine.info.path))
 
 
-def build_of(state: bytes) -> Build:
-    return Build(llama_cpp.__version__, read_layout(state).mark.hex())
+def build_of(engine: Engine, state: bytes) -> Build:
+    return Build(engine.llama_cpp_version, read_layout(state).mark.hex())
 
 
-def _saved_rows(entry: Entry) -> CachedRows:
+def _saved_rows(entry: Entry) -> RowRecord:
     facts = entry.header["record"]
-    return CachedRows.from_saved(facts, {}, np.full(len(facts["tokens"]), -1))
+    return RowRecord.from_saved(facts, {}, np.full(len(facts["tokens"]), -1))
 
 
 def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> tuple[Entry | None, int]:
@@ -74,7 +73,7 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
     try:
         loaded = cache.load(entry, model_key=model_key(engine), build=_build_here(engine))
         cells = loaded.layout.cells_after_load()
-        rows = CachedRows.from_saved(entry.header["record"], loaded.arrays,
+        rows = RowRecord.from_saved(entry.header["record"], loaded.arrays,
                                      cells if cells is not None else np.full(loaded.layout.n_rows, -1))
         engine.load_state(loaded.state, rows)
         why = _cells_disagree(engine, loaded, cells, rows)
@@ -94,23 +93,23 @@ def _build_here(engine: Engine) -> Build:
     mark = _MARKS.get(engine)
     if mark is None:
         mark = _MARKS[engine] = bytes(engine.state_bytes()[:MARK_BYTES]).hex()
-    return Build(llama_cpp.__version__, mark)
+    return Build(engine.llama_cpp_version, mark)
 
 
 _MARKS: "weakref.WeakKeyDictionary[Engine, str]" = weakref.WeakKeyDictionary()
 
 
-def _cells_disagree(engine: Engine, loaded, cells, rows: CachedRows) -> str:
+def _cells_disagree(engine: Engine, loaded, cells, rows: RowRecord) -> str:
     """Why the derived cells are not where the state put the rows ("" when they are, or nothing reads
     them: rows all exact with no kept streams, or RidgeFill is off for this model)."""
     if cells is None or (not rows.approximated() and not loaded.arrays):
         return ""
-    from .ridgefill.setup import ridgefill_setup
+    from .ridgefill.runtime import runtime
 
-    setup = ridgefill_setup(engine)
-    if setup.layout is None:
+    rt = runtime(engine)
+    if rt.layout is None:
         return ""
-    live = setup.layout.layers[0].k_cache.rows().view(np.uint8)
+    live = rt.layout.layers[0].k_cache.rows().view(np.uint8)
     saved = loaded.layout.k0_rows(loaded.state)
     if live.shape[1] != saved.shape[1] or not np.array_equal(live[cells[loaded.layout.sections[0].positions]], saved):
         return "the row record's cells disagree with the state llama.cpp loaded"
@@ -137,16 +136,16 @@ def _hows(facts: dict, n: int) -> list[str | None]:
 def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = None) -> Entry | None:
     """Write sequence 0 and its row record as an entry (None: too short, already saved as it is, or
     stopped by `cancel`); entries it covers are removed. OSError when the disk is full (nothing is left)."""
-    if len(engine.cache) < MIN_SAVE_ROWS:
+    if len(engine.row_record) < MIN_SAVE_ROWS:
         return None
-    facts, arrays = engine.cache.saved()
+    facts, arrays = engine.row_record.saved()
     key = model_key(engine)
     older = cache.entries(key)
     for e in older:
         if e.header["record"] == facts:
             return None  # the same rows, the same way
     state = engine.state_bytes()
-    entry = cache.save(model_key=key, model_name=engine.info.name, build=build_of(state), state=state,
+    entry = cache.save(model_key=key, model_name=engine.info.name, build=build_of(engine, state), state=state,
                        facts=facts, arrays=arrays, cancel=cancel)
     if entry is not None:
         for e in older:

@@ -60,7 +60,7 @@ def saved(engines, tmp_path_factory):
     toks = induction_prompt(a, N_DOC)
     rep = ridgefill_prefill(a, toks, "speed", SPLIT, TAIL, maps=MAPS)
     assert rep.mode == "speed" and rep.bulk_n > 0, rep.note
-    facts, arrays = a.cache.saved()
+    facts, arrays = a.row_record.saved()
     entry = save_rows(a, PromptCache(tmp_path_factory.mktemp("pristine")))
     assert entry is not None and entry.header["exact_rows"] == len(toks) - rep.bulk_n
     return toks, facts["approximated"][0][2], entry.folder, (facts, arrays), next_logits(a, toks)
@@ -79,13 +79,13 @@ def test_save_then_load_in_a_new_engine_gives_the_same_next_token_logits(engines
     assert 0 < cache.entries()[0].header["exact_rows"] < len(toks)
     b.truncate_cache(0)
     assert restore(b, cache, toks, tag) == ""
-    facts_b, arrays_b = b.cache.saved()
+    facts_b, arrays_b = b.row_record.saved()
     assert facts_b == facts_a  # tokens, approximated runs, clean rows, split
     np.testing.assert_array_equal(arrays_b["streams"], arrays_a["streams"])
-    assert b.cache.with_cells() == list(range(len(toks)))  # every cell re-derived from the state
+    assert b.row_record.with_cells() == list(range(len(toks)))  # every cell re-derived from the state
     assert kl(ref, next_logits(b, toks)) < 1e-9
     b.truncate_cache(0)
-    assert restore(b, cache, toks, None) == "" and len(b.cache) == 0  # exact requests reuse no approximated row
+    assert restore(b, cache, toks, None) == "" and len(b.row_record) == 0  # exact requests reuse no approximated row
     restore(b, cache, toks, tag)
     assert save_rows(b, cache) is None  # the same rows, the same way: nothing new to write
 
@@ -148,7 +148,7 @@ def test_a_bad_entry_is_refused_the_prompt_prefilled_and_the_entry_removed(engin
     b.truncate_cache(0)
     note = restore(b, cache, toks, tag)
     assert reason in note and "prefilled the prompt instead" in note
-    assert len(b.cache) == 0 and not folder.exists() and cache.entries() == []
+    assert len(b.row_record) == 0 and not folder.exists() and cache.entries() == []
     assert not list(cache.root.iterdir())  # nothing left, hidden or not
 
 
@@ -226,7 +226,7 @@ def test_cache_list_json_and_clear(engines, cache, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     (e,) = out["entries"]
     assert set(e) == {"files", "model", "tokens", "exact_rows", "bytes", "last_used"}
-    assert e["tokens"] == len(a.cache) == e["exact_rows"] and all(Path(f).exists() for f in e["files"])
+    assert e["tokens"] == len(a.row_record) == e["exact_rows"] and all(Path(f).exists() for f in e["files"])
     assert e["bytes"] == sum(Path(f).stat().st_size for f in e["files"])
     assert run_cli(["cache", "clear"]) == 0
     assert cache.entries() == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.ridgefill import lower_skip, selected_rows
+from backend.ridgefill import lower_skip, redecode
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.refine import Refinement
 from test_quality_mode import SPLIT, ZeroMaps
@@ -30,7 +30,7 @@ def speed_after_exact(engine, n_doc: int):
     engine.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
-    assert rep.mode == "speed" and engine.cache.approximated(), rep.note
+    assert rep.mode == "speed" and engine.row_record.approximated(), rep.note
     assert kl(ref, engine.last_logits()) > 0.1  # the control: the approximated rows show
     return ref, toks
 
@@ -44,12 +44,12 @@ def test_refinement_makes_every_row_exact_and_then_matches_exact(engine, monkeyp
         skipped.append(len(stream))
         return real(inner, split, stream)
 
-    monkeypatch.setattr(selected_rows, "LowerLayersSkipped", counted)
+    monkeypatch.setattr(redecode, "LowerLayersSkipped", counted)
     refine = Refinement(engine)
     assert refine.refusal() is None and not refine.done
     refine.run()
-    assert refine.done and engine.cache.approximated() == [] and engine.cache.n_clean == len(toks)
-    assert engine.cache.with_cells() == list(range(len(toks)))  # guided can score every row again
+    assert refine.done and engine.row_record.approximated() == [] and engine.row_record.n_clean == len(toks)
+    assert engine.row_record.with_cells() == list(range(len(toks)))  # guided can score every row again
     assert sum(skipped) == len(toks) - TAIL  # the bulk rows ran from the split on; the tail through every layer
     assert max(refine.step_s) > 0 and len(refine.step_s) > 2
     cache_n, _ = engine.prefill(toks)  # a request now reuses every row, as an exact one
@@ -61,8 +61,8 @@ def test_a_request_during_refinement_stops_it_at_a_chunk_boundary_and_reuses_wha
     _, toks = speed_after_exact(engine, 1300)
     refine = Refinement(engine)
     stopped = refine.run(should_stop=lambda: len(refine.step_s) >= 2)  # "a task arrived" after two chunks
-    assert len(refine.step_s) == 2 and 0 < stopped == engine.cache.n_clean < len(toks) and not refine.done
-    clean = engine.cache.n_clean
+    assert len(refine.step_s) == 2 and 0 < stopped == engine.row_record.n_clean < len(toks) and not refine.done
+    clean = engine.row_record.n_clean
     # the new request (an exact question about the first part) reuses the rows made exact so far
     cache_n, _ = engine.prefill(toks[: clean + 40])
     assert cache_n == clean

@@ -62,7 +62,7 @@ def run(args) -> int:
     from backend.prompt_cache import PromptCache
     from backend.protocol import CompletionRequest
     from backend.ridgefill.refine import Refinement
-    from backend.ridgefill.setup import warm_up
+    from backend.ridgefill.runtime import warm_up
 
     engine = open_engine(args)
     work_dir = Path(tempfile.mkdtemp(prefix="ridgefill-cache-bench-"))
@@ -83,7 +83,7 @@ def run(args) -> int:
     work.after_completion()
     work.run()
     entry = cache.entries()[0]
-    out["bytes_per_1000_tokens"] = round(entry.n_bytes / len(engine.cache) * 1000)
+    out["bytes_per_1000_tokens"] = round(entry.n_bytes / len(engine.row_record) * 1000)
 
     refine = Refinement(engine)
     why = refine.refusal()

@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 import time
 
-from app.paths import cache_dir, data_dir
 from backend.hub import store
 from backend.hub.catalogue import find_entry, load_catalogue
 from backend.hub.jobs import DownloadEvent, DownloadJob, State
 from backend.hub.settings import DEFAULT_MAPS_OWNER, HubSettings
+from backend.user_paths import cache_dir, data_dir
 
 USER_MODELS = "user_models.json"
 

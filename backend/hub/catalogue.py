@@ -44,10 +44,6 @@ def _read_builtin() -> dict:
     return json.loads(resources.files(__package__).joinpath(CATALOGUE_FILE).read_text(encoding="utf-8"))
 
 
-def catalogue_maps_convention() -> dict:
-    return dict(_read_builtin().get("maps", {}))
-
-
 def _entry(d: dict, source: str) -> ModelEntry:
     known = {f.name for f in fields(ModelEntry)} - {"source"}
     return ModelEntry(**{k: v for k, v in d.items() if k in known}, source=source)

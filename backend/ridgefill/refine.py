@@ -2,7 +2,7 @@
 
 A row decoded after an approximated one saw approximated history, so the cache equals exact's only once
 every row from the first unclean one to the end is decoded again, in order: the tail, the answer and
-rows guided made exact included. Each chunk is one run through selected_rows.redecode_exact, on a spare
+rows guided made exact included. Each chunk is one run through redecode.redecode_exact, on a spare
 sequence that shares the rows before it (already exact); a chunk of rows whose stream entering the
 split a bulk pass kept runs only the layers from the split on (lower_skip), other rows (the exact tail,
 the answer) run through every layer. The chunk is sized so that one takes about TARGET_S: the caller
@@ -21,8 +21,8 @@ import time
 from ..errors import RidgeFillError
 from .cache_layout import CellTap
 from .lower_skip import SplitStreams
-from .selected_rows import Run, redecode_exact
-from .setup import ridgefill_setup
+from .redecode import Run, redecode_exact
+from .runtime import runtime
 
 TARGET_S = 0.25  # per chunk: a new request waits at most this long (the issue asks for under 0.5 s)
 MIN_CHUNK = 16
@@ -43,28 +43,28 @@ class Refinement:
 
     @property
     def done(self) -> bool:
-        return self.engine.cache.all_exact
+        return self.engine.row_record.all_exact
 
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
-        setup = ridgefill_setup(self.engine)
+        setup = runtime(self.engine)
         if setup.swa_layers:
             return "refinement needs a model without sliding-window layers (rows decoded again lose their window)"
-        free = self.engine.n_ctx - len(self.engine.cache)
+        free = self.engine.n_ctx - len(self.engine.row_record)
         if not self.done and free < MIN_CHUNK:
             return f"the context has {free} free cells: too few to decode rows again beside the old ones"
         return None
 
     def step(self) -> int:
         """Decode the next chunk of rows exactly; returns how many (0 when every row is exact)."""
-        engine, rows = self.engine, self.engine.cache
+        engine, rows = self.engine, self.engine.row_record
         start, n = rows.n_clean, len(rows)
         if start >= n:
             return 0
         why = self.refusal()
         if why:
             raise RefineRefused(why)
-        setup = ridgefill_setup(engine)
+        setup = runtime(engine)
         limit = min(self.chunk, engine.ubatch_rows, engine.n_ctx - n, n - start)
         kept = rows.streams_kept(start, start + limit)
         # a chunk skips the lower layers only if every row in it can
