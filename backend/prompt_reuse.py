@@ -13,10 +13,13 @@ against the first layer's K rows in the live cache where RidgeFill will read cel
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -33,11 +36,41 @@ log = logging.getLogger(__name__)
 MIN_SAVE_ROWS = 256  # shorter prompts prefill in well under a second: not worth an entry
 
 
-def model_key(engine: Engine) -> str:
-    """The model's variant key (backend/ridgefill/fingerprint.py: identity and weights); parsed once per file."""
+def model_key(engine: Engine, cache: PromptCache | None = None) -> str:
+    """The model's variant key (backend/ridgefill/fingerprint.py: identity and weights). Parsing the GGUF
+    takes seconds, which a reopened document's first answer must not pay: the key is kept per file (path,
+    size, mtime) in the cache folder's KEYS_FILE once found."""
     from .ridgefill.fingerprint import model_fingerprint, variant_key
 
-    return variant_key(model_fingerprint(engine.info.path))
+    path = Path(engine.info.path).resolve()
+    st = path.stat()
+    stamp = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    memo = cache.root / KEYS_FILE if cache is not None else None
+    known = _read_keys(memo)
+    if stamp not in known:
+        known[stamp] = variant_key(model_fingerprint(path))
+        if memo is not None:
+            try:
+                memo.parent.mkdir(parents=True, exist_ok=True)
+                tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
+                tmp.write_text(json.dumps(known), encoding="utf-8")
+                os.replace(tmp, memo)
+            except OSError:
+                pass  # only a memo
+    return known[stamp]
+
+
+KEYS_FILE = ".model-keys.json"  # hidden: not an entry
+
+
+def _read_keys(memo: Path | None) -> dict:
+    if memo is None:
+        return {}
+    try:
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def build_of(engine: Engine, state: bytes) -> Build:
@@ -52,7 +85,7 @@ def _saved_rows(entry: Entry) -> RowRecord:
 def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> tuple[Entry | None, int]:
     """The entry this request may reuse the most rows of, and how many, if more than the engine holds."""
     best, most = None, engine.reusable_prefix(tokens, accept_tag)
-    for entry in cache.entries(model_key(engine)):
+    for entry in cache.entries(model_key(engine, cache)):
         if entry.header.get("n_tokens", 0) > engine.n_ctx:
             continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
         try:
@@ -71,7 +104,7 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         return ""
     t0 = time.perf_counter()
     try:
-        loaded = cache.load(entry, model_key=model_key(engine), build=_build_here(engine))
+        loaded = cache.load(entry, model_key=model_key(engine, cache), build=_build_here(engine))
         cells = loaded.layout.cells_after_load()
         rows = RowRecord.from_saved(entry.header["record"], loaded.arrays,
                                      cells if cells is not None else np.full(loaded.layout.n_rows, -1))
@@ -101,9 +134,9 @@ _MARKS: "weakref.WeakKeyDictionary[Engine, str]" = weakref.WeakKeyDictionary()
 
 def _cells_disagree(engine: Engine, loaded, cells, rows: RowRecord) -> str:
     """Why the derived cells are not where the state put the rows ("" when they are, or nothing reads
-    them: rows all exact with no kept streams, or RidgeFill is off for this model)."""
-    if cells is None or (not rows.approximated() and not loaded.arrays):
-        return ""
+    them yet: rows all exact and RidgeFill not set up, or RidgeFill off for this model)."""
+    if cells is None or (not rows.approximated() and engine.ridgefill_runtime is None):
+        return ""  # nothing reads them yet (no approximated row to score or skip below the split)
     from .ridgefill.runtime import runtime
 
     rt = runtime(engine)
@@ -139,7 +172,7 @@ def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = N
     if len(engine.row_record) < MIN_SAVE_ROWS:
         return None
     facts, arrays = engine.row_record.saved()
-    key = model_key(engine)
+    key = model_key(engine, cache)
     older = cache.entries(key)
     for e in older:
         if e.header["record"] == facts:

@@ -232,11 +232,17 @@ def test_cache_list_json_and_clear(engines, cache, capsys, monkeypatch):
     assert cache.entries() == []
 
 
-def test_the_model_key_is_the_variant_key(engines):
+def test_the_model_key_is_the_variant_key_kept_per_model_file(engines, cache):
+    from backend.prompt_reuse import KEYS_FILE
     from backend.ridgefill.fingerprint import model_fingerprint, variant_key
 
     a, _ = engines
-    assert model_key(a) == variant_key(model_fingerprint(a.info.path))
+    assert model_key(a) == model_key(a, cache) == variant_key(model_fingerprint(a.info.path))
+    memo = cache.root / KEYS_FILE
+    (stamp,) = json.loads(memo.read_text())
+    memo.write_text(json.dumps({stamp: "kept"}))
+    assert model_key(a, cache) == "kept"  # a reopened app does not parse the GGUF again
+    assert cache.entries() == []  # the memo is no entry
 
 
 def test_chat_saves_by_default_and_a_new_chat_reuses_it(tmp_path, capsys, monkeypatch):
