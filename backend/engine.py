@@ -207,6 +207,10 @@ class Engine:
         where the caller knows them)."""
         self._rows.mark_exact(start, end, cells)
 
+    def mark_clean(self, start: int, end: int) -> None:
+        """Rows [start, end) were decoded again exactly with every row before them clean (refine.py)."""
+        self._rows.mark_clean(start, end)
+
     def record_cells(self, start: int, cells) -> None:
         """Rows start.. of sequence 0 were written to `cells` (as the decode's cell-index input said)."""
         self._rows.record_cells(start, cells)

@@ -179,8 +179,16 @@ class RowRecord:
         for p in range(max(0, start), min(end, len(self._how))):
             self._how[p] = None
             self._cell[p] = -1 if cells is None else int(cells[p - start])
-        if start <= self._n_clean:  # their history was clean: rows [0, end) are now as exact wrote them
+        if start <= self._n_clean and end == len(self._tokens):  # nothing after them saw the old rows
             self._n_clean = max(self._n_clean, end)
+
+    def mark_clean(self, start: int, end: int) -> None:
+        """Rows [start, end), exact, were decoded again after every row before them was clean (the idle
+        refinement, in prompt order): the clean prefix reaches `end`."""
+        if any(how is not None for how in self._how[start:end]):
+            raise ValueError(f"rows {start}..{end} are not all exact")
+        if start <= self._n_clean:
+            self._n_clean = max(self._n_clean, min(end, len(self._tokens)))
 
     def truncate(self, n_keep: int) -> None:
         del self._tokens[max(0, n_keep):]

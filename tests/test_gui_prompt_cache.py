@@ -20,7 +20,8 @@ def test_the_status_bar_shows_the_document_made_exact(qtbot, model_path):
     assert "of 4 GB" in w.document_label.toolTip()
     service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, saved=True)))
     assert w.document_label.text() == "document 4,110 tokens, exact"
-    assert w.engine_settings().cache_limit_bytes == 4 * 10**9 and w.engine_settings().prompt_cache
+    engine = w.settings.engine_settings()
+    assert engine.cache_limit_bytes == 4 * 10**9 and engine.prompt_cache
     service.shutdown()  # in case the window asked it something (which starts it)
 
 

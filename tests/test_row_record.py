@@ -110,3 +110,12 @@ def test_truncated_rows_lose_their_streams():
     rows.truncate(6)
     rows.append([1, 2, 3, 4], tag="s12")  # other rows at the same positions
     assert rows.split_streams(12, [5]) is not None and rows.split_streams(12, [6]) is None
+
+
+def test_rows_refined_in_prompt_order_move_the_clean_prefix_on():
+    rows = _mixed()
+    rows.mark_exact(4, 6)
+    rows.mark_clean(4, 6)  # decoded again after rows 0..3, all clean: rows 6, 7 still saw the old ones
+    assert rows.n_clean == 6 and not rows.all_exact and rows.reusable_prefix(list(range(10))) == 6
+    rows.mark_clean(6, 8)
+    assert rows.all_exact

@@ -9,10 +9,10 @@ the answer) run through every layer. The chunk is sized so that one takes about 
 looks for new work between chunks, so a new task waits for one chunk at most.
 
 Refinement and guided follow-ups share the row record, each writing it only through the Engine
-(mark_exact, by redecode_exact): refinement moves the clean prefix forward; a follow-up arriving in
-between reuses what it may (exact rows, and rows approximated under its own tag), makes the rows its
-question points to exact (exact, not clean: they saw approximated rows), and refinement then goes on
-from the record's first unclean row, wherever the follow-up left it.
+(mark_exact by redecode_exact; refinement also mark_clean): refinement moves the clean prefix forward;
+a follow-up arriving in between reuses what it may (exact rows, and rows approximated under its own
+tag), makes the rows its question points to exact (exact, not clean: they saw approximated rows), and
+refinement then goes on from the record's first unclean row, wherever the follow-up left it.
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ class Refinement:
 
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
-        setup = runtime(self.engine)
-        if setup.swa_layers:
+        rt = runtime(self.engine)
+        if rt.swa_layers:
             return "refinement needs a model without sliding-window layers (rows decoded again lose their window)"
         free = self.engine.n_ctx - len(self.engine.row_record)
         if not self.done and free < MIN_CHUNK:
@@ -64,15 +64,16 @@ class Refinement:
         why = self.refusal()
         if why:
             raise RefineRefused(why)
-        setup = runtime(engine)
+        rt = runtime(engine)
         limit = min(self.chunk, engine.ubatch_rows, engine.n_ctx - n, n - start)
         kept = rows.streams_kept(start, start + limit)
         # a chunk skips the lower layers only if every row in it can
         end = start + next((i for i, k in enumerate(kept) if k != kept[0]), limit)
-        streams = SplitStreams(setup.layout, rows.stream_split, rows) if kept[0] and setup.layout else None
+        streams = SplitStreams(rt.layout, rows.stream_split, rows) if kept[0] and rt.layout else None
         t0 = time.perf_counter()
         redecode_exact(engine, engine.kv_tokens, [Run(start, end)],
-                       cells=CellTap(setup.layout) if setup.layout else None, streams=streams)
+                       cells=CellTap(rt.layout) if rt.layout else None, streams=streams)
+        engine.mark_clean(start, end)  # their history was clean: the clean prefix moves on
         dt = time.perf_counter() - t0
         self.step_s.append(dt)
         if end - start >= self.chunk or dt > TARGET_S:  # a full chunk's time says what fits
