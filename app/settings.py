@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.paths import config_dir
@@ -19,7 +19,7 @@ _STARTUP_ENVIRONMENT = {name: os.environ.get(name) for name in ("HF_ENDPOINT", "
 class Settings:
     threads: int = 0  # 0 = all cores
     n_ctx: int = 8192  # capped at the model's training context by the engine
-    max_tokens: int = 256  # room kept for each answer
+    max_tokens: int = 256  # room kept for each answer, on a model with no Generation settings of its own
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)
     hub_token: str = ""
@@ -28,6 +28,7 @@ class Settings:
     split: int = 0  # 0 = the model's default split
     tail: int = 0  # 0 = the default exact tail
     compare_exact: bool = False
+    generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
 
     @classmethod
     def path(cls) -> Path:
