@@ -148,11 +148,11 @@ def test_ridgefill_options_reach_the_engine(client, model):
 
 
 # ---- sampling -------------------------------------------------------------------------------------
-COUNTING = "Monday, Tuesday, Wednesday,"  # the greedy answer repeats the prompt's commas: penalties bite
+LISTING = [{"role": "user", "content": "List the days of the week."}]  # greedy repeats "1. ", "\n": penalties bite
 
 
 def completion(client, model, **kw) -> str:
-    return client.completions.create(model=model, prompt=COUNTING, max_tokens=12, **kw).choices[0].text
+    return client.chat.completions.create(model=model, messages=LISTING, max_tokens=24, **kw).choices[0].message.content
 
 
 def test_each_sampling_parameter_reaches_the_sampler(client, model):
@@ -165,7 +165,7 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     assert completion(client, model, temperature=2.0, seed=11, top_p=0.0) == greedy
     for only_the_top in ({"top_k": 1}, {"min_p": 1.0}):  # llama.cpp's, as extra body fields
         assert completion(client, model, temperature=2.0, seed=11, extra_body=only_the_top) == greedy, only_the_top
-    # each penalty (at temperature 0) moves the answer off the repeated commas
+    # each penalty (at temperature 0) moves the answer off its repeated list marks
     assert completion(client, model, presence_penalty=2.0) != greedy
     assert completion(client, model, frequency_penalty=2.0) != greedy
     assert completion(client, model, extra_body={"repeat_penalty": 2.0}) != greedy
@@ -178,7 +178,7 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     ("seed", -2), ("seed", "lucky"),
 ])
 def test_a_wrong_sampling_value_gets_400(server, field, value):
-    status, body = post_raw(server, "/v1/completions", json.dumps({"prompt": COUNTING, field: value}).encode())
+    status, body = post_raw(server, "/v1/chat/completions", json.dumps({"messages": LISTING, field: value}).encode())
     assert status == 400 and body["error"]["param"] == field, body
     assert body["error"]["code"] in ("invalid_value", "invalid_type") and field in body["error"]["message"]
 
