@@ -63,7 +63,9 @@ def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
         engine.check_fits(len(tokens), req.request.max_tokens)
         return CountResult(len(tokens), engine.n_ctx, reserve, True)
     except DocumentTooLongError as exc:
-        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(exc))
+        from backend.hub.context_fit import with_advice
+
+        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(with_advice(exc)))
 
 
 def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
