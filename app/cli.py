@@ -1,4 +1,5 @@
-"""The headless command line. Each command lives in app/commands/<name>.py with `register(subparsers)`."""
+"""The headless command line. Each command lives in app/commands/<name>.py with `register(subparsers)`;
+the lab's eval commands (measuring RidgeFill, not using it) in app/commands/evals/<name>.py."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,15 @@ import sys
 
 from app.logging_setup import setup_logging
 from backend.errors import RidgeFillError
+from backend.protocol import DEFAULT_N_CTX
 
-# One module per command; each adds its own sub-parser and sets `func`.
-COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps", "fit_maps", "tune", "recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "serve", "serve_load"]
+# One module per command; each adds its own sub-parser and sets `func`. The product's commands first,
+# then the eval tooling's (listed in this order in --help).
+PRODUCT_COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
+                    "fit_maps", "tune", "serve", "serve_load"]
+EVAL_COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup"]
+COMMAND_MODULES = ([f"app.commands.{name}" for name in PRODUCT_COMMANDS]
+                   + [f"app.commands.evals.{name}" for name in EVAL_COMMANDS])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(parser)
     parser.add_argument("--selftest", action="store_true", help="check this install headless and exit (0 = all held)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"app.commands.{name}").register(sub)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
     for command in sub.choices.values():  # `tune --model M` as well as `--model M tune`
         _add_common(command, after_command=True)
     return parser
@@ -37,7 +44,7 @@ def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) ->
     parser.add_argument("--model", default=d(None),
                         help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
-    parser.add_argument("--ctx", type=int, default=d(8192), help="context size in tokens (capped at the model's)")
+    parser.add_argument("--ctx", type=int, default=d(DEFAULT_N_CTX), help="context size in tokens (capped at the model's)")
     parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
 
 

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.paths import data_dir
+from backend.user_paths import data_dir
 
 log = logging.getLogger(__name__)
 

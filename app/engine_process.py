@@ -1,44 +1,32 @@
-"""The engine process: one child owns the `backend.engine.Engine`; a Qt-free handle drives it by queues.
+"""The engine process, seen from the parent: `EngineProcess` starts the child (app/engine_child.py) and
+drives it by queues; no Qt.
 
 Why a process: a llama context is not thread-safe, and a crash inside llama.cpp (or a bad pointer write
 by the KV injection) must cost the user an engine restart, not the app or the chat.
 
-The child (`child_main`) serves `TaskMessage`s one at a time with the handler registered for their
-`TaskKind`, and answers with the typed messages of app/engine_protocol.py. Cancel is per task: the
-parent puts `CancelTask(id)` on a second queue, which the child reads whenever a handler asks "am I
-cancelled?" (between prefill chunks, tokens, recall items) and before it starts a task.
-
-The parent side (`EngineProcess`) has no Qt: `submit` returns a task id, `poll` returns the messages
-that arrived (never blocking), and a dead child is noticed by `poll`: its tasks fail with a clear
-message and a fresh child starts with the same settings. The GUI wraps it in app/engine_client.py;
-a local server can drive it directly.
+`submit` returns a task id, `poll` returns the messages that arrived (never blocking), and a dead child
+is noticed by `poll`: its tasks fail with a clear message and a fresh child starts with the same
+settings. The GUI wraps it in app/engine_client.py; a local server drives it through app/server/gateway.py.
 """
 from __future__ import annotations
 
 import itertools
 import logging
 import multiprocessing as mp
-import os
 import queue
 import signal
 import time
-from typing import Any, Callable
+from typing import Any
 
+from app.engine_child import child_main
 from app.engine_protocol import (
     PAYLOAD_TYPES,
     CancelTask,
-    CountRequest,
-    CountResult,
     EngineCrashed,
     EngineFatal,
     EngineReady,
     EngineSettings,
     EngineStarted,
-    FitMapsRequest,
-    GetMapsRequest,
-    MapsStatus,
-    MapsStatusRequest,
-    RecallRequest,
     StopEngine,
     TaskCancelled,
     TaskDone,
@@ -46,7 +34,6 @@ from app.engine_protocol import (
     TaskFailed,
     TaskKind,
     TaskMessage,
-    TuneRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -54,253 +41,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES_PER_POLL = 400  # a caller on an event loop stays responsive under a flood of token events
 MAX_RESTARTS = 3  # within RESTART_WINDOW_S; more means the engine cannot run, so stop trying
 RESTART_WINDOW_S = 60.0
-IDLE_WAIT_S = 0.5  # the child waits this long for a task before it warms up
-
-Handler = Callable[[Any, Any, Callable[[Any], None], Callable[[], bool]], Any]  # (engine, payload, on_event, cancel)
 
 
-# ---- the child: one handler per task kind --------------------------------------------------------
-def _complete(engine, req, on_event, cancel):
-    from backend.completion import complete
-
-    return complete(engine, req, on_event=on_event, cancel=cancel)
-
-
-def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
-    from backend.errors import DocumentTooLongError
-
-    tokens = engine.prompt_tokens(req.request)
-    reserve = max(1, min(req.request.max_tokens, engine.n_ctx // 2))
-    try:
-        engine.check_fits(len(tokens), req.request.max_tokens)
-        return CountResult(len(tokens), engine.n_ctx, reserve, True)
-    except DocumentTooLongError as exc:
-        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(exc))
-
-
-def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
-    from backend.ridgefill.maps import MapsMissing, MapsRefused
-    from backend.ridgefill.setup import ridgefill_setup
-
-    try:
-        # the same verified maps the requests use: checked once per split until the folder changes
-        found = ridgefill_setup(engine).maps(req.split)
-    except MapsRefused as exc:
-        return MapsStatus(req.split, "refused", [str(exc)])
-    except MapsMissing as exc:
-        return MapsStatus(req.split, "missing", [str(exc)])
-    return MapsStatus(req.split, "warning" if found.warnings else "verified", list(found.warnings), str(found.folder))
-
-
-def _stage_events(on_event):
-    """on_progress / on_note callbacks that send ProgressEvent and StageNote events."""
-    from app.engine_protocol import StageNote
-    from backend.protocol import ProgressEvent
-
-    t0 = time.perf_counter()
-
-    def progress(stage: str, done: int, total: int) -> None:
-        on_event(ProgressEvent(int(done), int(total), (time.perf_counter() - t0) * 1000, stage))
-
-    return progress, lambda text: on_event(StageNote(str(text)))
-
-
-def _hub_settings(req):
-    from pathlib import Path
-
-    from backend.hub.settings import HubSettings
-
-    kw = {"cache_root": Path(req.cache_root)} if getattr(req, "cache_root", None) else {}
-    for name in ("endpoint", "token", "maps_owner"):
-        if getattr(req, name, None):
-            kw[name] = getattr(req, name)
-    return HubSettings(offline=bool(getattr(req, "offline", False)), **kw)
-
-
-def _fit_maps(engine, req: FitMapsRequest, on_event, cancel) -> str:
-    """Fit this split's maps here (never download): Get maps told to fit."""
-    from backend.hub.get_maps import get_maps
-
-    progress, note = _stage_events(on_event)
-    try:
-        res = get_maps(engine.config.model_path, req.split, download=False, refit=True, engine=engine,
-                       on_progress=progress, on_note=note, cancel=cancel)
-    finally:
-        engine.truncate_cache(0)  # the capture used the context: the next chat must not reuse its rows
-    return res.folder
-
-
-def _get_maps(engine, req: GetMapsRequest, on_event, cancel):
-    """Get maps (backend/hub/get_maps.py): cached, else the published set, else captured once (resumable)
-    on this engine and fitted; progress and notes as events."""
-    from backend.hub.get_maps import CaptureOptions, get_maps
-
-    progress, note = _stage_events(on_event)
-    try:
-        return get_maps(engine.config.model_path, req.split, _hub_settings(req), engine=engine,
-                        capture=CaptureOptions(max_tokens=req.capture_tokens, seq_tokens=req.capture_seq_tokens),
-                        on_progress=progress, on_note=note, cancel=cancel)
-    finally:
-        engine.truncate_cache(0)
-
-
-def _tune(engine, req: TuneRequest, on_event, cancel):
-    """Tune the split for this model (backend/evals/tune.py) and record it; the defaults follow."""
-    from app.engine_protocol import TuneDone
-    from backend.evals import tune
-    from backend.hub.get_maps import CaptureOptions
-    from backend.ridgefill.tuned import read_tuned, summary
-
-    progress, note = _stage_events(on_event)
-    kw = {k: v for k, v in {"length": req.length, "ttft_length": req.ttft_length, "depths": req.depths,
-                            "variants": req.variants}.items() if v is not None}
-    try:
-        res = tune.run_tune(engine, splits=req.splits, budget_s=req.budget_s, settings=_hub_settings(req),
-                            capture=CaptureOptions(max_tokens=req.capture_tokens), on_progress=progress,
-                            on_note=note, cancel=cancel, **kw)
-    finally:
-        engine.truncate_cache(0)
-    brief = {**res.brief(), "chosen_by": res.chosen_by}
-    return TuneDone(res.split, summary(read_tuned(engine.info)) or f"S = {res.split}: {res.chosen_by}", brief,
-                    res.record_path)
-
-
-def _recall(engine, req: RecallRequest, on_event, cancel):
-    from app.recall_task import run_recall_task
-
-    return run_recall_task(engine, req, on_event, cancel)
-
-
-def _ping(engine, payload, on_event, cancel) -> str:
-    return "pong"
-
-
-def _crash(engine, payload, on_event, cancel):  # used by tests: a hard crash, as a segfault would be
-    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
-HANDLERS: dict[TaskKind, Handler] = {
-    TaskKind.COMPLETE: _complete,
-    TaskKind.COUNT: _count,
-    TaskKind.MAPS_STATUS: _maps_status,
-    TaskKind.FIT_MAPS: _fit_maps,
-    TaskKind.GET_MAPS: _get_maps,
-    TaskKind.TUNE: _tune,
-    TaskKind.RECALL: _recall,
-    TaskKind.PING: _ping,
-    TaskKind.CRASH_FOR_TEST: _crash,
-}
-
-
-class _CancelBook:
-    """The child's view of the cancel queue: the ids asked to stop, read only when a handler checks."""
-
-    def __init__(self, cancels):
-        self._queue = cancels
-        self._ids: set[int] = set()
-
-    def is_cancelled(self, task_id: int) -> bool:
-        while True:
-            try:
-                msg = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(msg, CancelTask):
-                self._ids.add(msg.id)
-        return task_id in self._ids
-
-    def starting(self, task_id: int) -> None:
-        """Tasks run in id order: a cancel for an older id came too late to matter."""
-        self._ids = {i for i in self._ids if i >= task_id}
-
-
-def _ready(engine, load_s: float) -> EngineReady:
-    from backend.ridgefill import defaults
-    from backend.ridgefill.tuned import read_tuned, summary
-
-    info = engine.info
-    return EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer, info.n_embd,
-                       engine.n_ctx, info.n_ctx_train, int(defaults.default_split(info)),
-                       int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s,
-                       summary(read_tuned(info)), sampling=info.sampling)
-
-
-def _warm_up(engine) -> None:
-    """While the user reads or attaches a document: RidgeFill's one-time set-up (graph-layout probe,
-    K/V weights, the default split's maps), so the first RidgeFill answer does not pay for it in its
-    TTFT. Harmless if it fails (the request that needs it says why)."""
-    try:
-        from backend.ridgefill.setup import warm_up
-
-        warm_up(engine)
-    except Exception:  # noqa: BLE001
-        logging.getLogger("engine").debug("RidgeFill warm-up failed", exc_info=True)
-    finally:
-        engine.truncate_cache(0)
-
-
-def _run_task(engine, task: TaskMessage, events, book: _CancelBook) -> None:
-    from backend.errors import Cancelled, RidgeFillError
-
-    tid = task.id
-    book.starting(tid)
-    if book.is_cancelled(tid):
-        events.put(TaskCancelled(tid, "cancelled before it started"))
-        return
-
-    def cancel() -> bool:
-        return book.is_cancelled(tid)
-
-    def on_event(ev) -> None:
-        events.put(TaskEvent(tid, ev))
-
-    try:
-        events.put(TaskDone(tid, HANDLERS[task.kind](engine, task.payload, on_event, cancel)))
-    except Cancelled as exc:
-        events.put(TaskCancelled(tid, str(exc)))
-    except RidgeFillError as exc:
-        events.put(TaskFailed(tid, type(exc).__name__, str(exc)))
-    except Exception as exc:  # noqa: BLE001 - a bug in a handler must not kill the engine
-        logging.getLogger("engine").exception("task %s failed", task.kind.value)
-        events.put(TaskFailed(tid, type(exc).__name__, f"unexpected failure in {task.kind.value}: {exc}"))
-
-
-def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
-    """The engine process: build the engine, then serve tasks one at a time until StopEngine arrives."""
-    from backend.engine import Engine, EngineConfig
-    from backend.errors import RidgeFillError
-
-    t0 = time.perf_counter()
-    try:
-        cfg = EngineConfig(model_path=settings.model_path, n_ctx=settings.n_ctx, n_batch=settings.n_batch,
-                           n_ubatch=settings.n_batch)
-        if settings.n_threads:
-            cfg.n_threads = settings.n_threads
-        engine = Engine(cfg)
-    except RidgeFillError as exc:
-        events.put(EngineFatal(type(exc).__name__, str(exc)))
-        return
-    except Exception as exc:  # noqa: BLE001 - reported; the parent decides
-        events.put(EngineFatal(type(exc).__name__, f"the engine could not start: {exc}"))
-        return
-    events.put(EngineStarted(_ready(engine, time.perf_counter() - t0)))
-    book = _CancelBook(cancels)
-    warmed = not settings.warm_up
-    while True:
-        try:
-            task = tasks.get(timeout=IDLE_WAIT_S)
-        except queue.Empty:
-            if not warmed:
-                warmed = True
-                _warm_up(engine)
-            continue
-        if isinstance(task, StopEngine):
-            break
-        _run_task(engine, task, events, book)
-    engine.close()
-
-
-# ---- the parent side -----------------------------------------------------------------------------
 class EngineProcess:
     """Owns the engine child process; no Qt. Not thread-safe: drive it from one thread.
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Union
 
-from backend.protocol import CompletionRequest
+from backend.protocol import DEFAULT_N_CTX, CompletionRequest
 
 
 class TaskKind(str, Enum):
@@ -37,10 +37,11 @@ class EngineSettings:
     """How to build the engine (the child builds an EngineConfig from it; a restart reuses it)."""
 
     model_path: str
-    n_ctx: int = 8192
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
     n_batch: int = 512
     warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
+    cache_root: str | None = None  # the user cache (maps, tuned splits, activations); None: backend/user_paths'
 
 
 @dataclass

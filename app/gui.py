@@ -3,7 +3,8 @@
 `python -m app.gui --screenshot PATH --scene chat|recall` is a debug aid: it drives the real window
 (attach a long document, ask with "compare with exact"; or run the recall panel) and saves it with
 QWidget.grab(). `--doc FILE --question Q [--question Q2]` asks about a document of your own (its first
-`--doc-chars` characters) instead of the shipped corpus. The README screenshots are made with it under Xvfb.
+`--doc-chars` characters) instead of the shipped corpus. The screenshots in README.md and docs/ are made
+with it under Xvfb.
 """
 from __future__ import annotations
 
@@ -24,19 +25,11 @@ def build_window(args=None):
             settings.model_path = args.model
         if getattr(args, "threads", None):
             settings.threads = args.threads
-    settings.apply_environment()
-    service = EngineClient(_engine_settings(settings))
+    settings.use_cache_location()
+    service = EngineClient(settings.engine_settings())
     window = MainWindow(settings, service, ConversationStore())
     service.start()
     return window
-
-
-def _engine_settings(settings):
-    from app.engine_protocol import EngineSettings
-    from backend.model_file import embedded_model_path
-
-    return EngineSettings(model_path=settings.model_path or str(embedded_model_path()), n_ctx=settings.n_ctx,
-                          n_threads=settings.threads or None)
 
 
 def _app():

@@ -5,7 +5,7 @@ import logging
 import sys
 from logging.handlers import RotatingFileHandler
 
-from app.paths import log_dir
+from backend.user_paths import log_dir
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -45,7 +45,7 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
 
 
 def default_results_path() -> Path:
-    from app.paths import data_dir
+    from backend.user_paths import data_dir
 
     p = data_dir() / "recall"
     p.mkdir(parents=True, exist_ok=True)
@@ -68,8 +68,6 @@ def run_recall_task(engine, req: RecallRequest, on_event, cancel) -> RecallResul
         on_event(ProgressEvent(p.done, p.total, (time.perf_counter() - t0) * 1000, "recall"))
 
     out = Path(req.out_path) if req.out_path else default_results_path()
-    try:
+    with engine.scratch():  # items ran without prefix reuse; the next chat starts clean
         rows = run_recall(engine, items, req.modes, req.split, req.tail, out, on_progress, cancel)
-    finally:
-        engine.truncate_cache(0)  # items ran without prefix reuse; the next chat starts clean
     return RecallResult(rows, summarize(rows, req.modes), str(out))

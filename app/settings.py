@@ -1,4 +1,9 @@
-"""User settings, kept as JSON in the user config dir (a file a person can read and fix by hand)."""
+"""User settings, kept as JSON in the user config dir (a file a person can read and fix by hand).
+
+They reach the engine and the hub code as typed values (EngineSettings, HubSettings), never through the
+environment: the variables a user starts the app with (HF_ENDPOINT, HF_TOKEN, RIDGEFILL_CACHE_DIR) stay
+theirs, and an empty setting leaves them in charge.
+"""
 from __future__ import annotations
 
 import json
@@ -7,19 +12,20 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from app.paths import config_dir
+from app.engine_protocol import EngineSettings
+from backend import user_paths
+from backend.hub.settings import HubSettings
+from backend.protocol import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX
 
 log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
-# What the environment said before any setting was applied: an emptied setting gives it back.
-_STARTUP_ENVIRONMENT = {name: os.environ.get(name) for name in ("HF_ENDPOINT", "HF_TOKEN", "RIDGEFILL_CACHE_DIR")}
 
 
 @dataclass
 class Settings:
     threads: int = 0  # 0 = all cores
-    n_ctx: int = 8192  # capped at the model's training context by the engine
-    max_tokens: int = 256  # room kept for each answer, on a model with no Generation settings of its own
+    n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context by the engine
+    max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer, on a model with no Generation settings of its own
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)
     hub_token: str = ""
@@ -32,7 +38,7 @@ class Settings:
 
     @classmethod
     def path(cls) -> Path:
-        return config_dir() / FILE_NAME
+        return user_paths.config_dir() / FILE_NAME
 
     @classmethod
     def load(cls) -> "Settings":
@@ -58,14 +64,21 @@ class Settings:
         tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
         os.replace(tmp, p)
 
-    def apply_environment(self) -> None:
-        """Hub endpoint/token and cache location reach the backend through the environment it reads. An
-        empty setting gives back what the app was started with (a token from the shell stays), also after
-        a non-empty one earlier in this session."""
-        for name, value in (("HF_ENDPOINT", self.hub_endpoint), ("HF_TOKEN", self.hub_token),
-                            ("RIDGEFILL_CACHE_DIR", self.cache_location)):
-            value = value or _STARTUP_ENVIRONMENT.get(name)
-            if value:
-                os.environ[name] = value
-            else:
-                os.environ.pop(name, None)
+    def engine_settings(self) -> EngineSettings:
+        """How the engine child is built: the chosen model (else the embedded one), its threads and context,
+        and the cache location (None: the child's environment or the platform's default)."""
+        from backend.model_file import embedded_model_path
+
+        return EngineSettings(model_path=self.model_path or str(embedded_model_path()), n_ctx=self.n_ctx,
+                              n_threads=self.threads or None, cache_root=self.cache_location or None)
+
+    def hub_settings(self) -> HubSettings:
+        """Where the GUI's downloads and map requests go: these settings, else what the app was started
+        with (HF_ENDPOINT, HF_TOKEN, RIDGEFILL_CACHE_DIR), else the defaults."""
+        return HubSettings(cache_root=Path(self.cache_location) if self.cache_location else user_paths.cache_dir(),
+                           endpoint=self.hub_endpoint or os.environ.get("HF_ENDPOINT") or None,
+                           token=self.hub_token or os.environ.get("HF_TOKEN") or None)
+
+    def use_cache_location(self) -> None:
+        """This process's user cache follows the setting (the engine child's follows engine_settings())."""
+        user_paths.use_cache_root(self.cache_location or None)

@@ -3,10 +3,17 @@ prefilled. Everything that answers a request (the engine process, the CLI, the e
 from __future__ import annotations
 
 from .engine import CancelCheck, Engine, EventSink
+from .errors import DocumentTooLongError
 from .protocol import CompletionRequest, CompletionResult
 from .ridgefill.plan import plan_prefill
 
 
 def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink | None = None,
              cancel: CancelCheck | None = None) -> CompletionResult:
-    return engine.complete(request, planner=plan_prefill, on_event=on_event, cancel=cancel)
+    """Raises DocumentTooLongError naming the models whose context would hold the prompt."""
+    try:
+        return engine.complete(request, planner=plan_prefill, on_event=on_event, cancel=cancel)
+    except DocumentTooLongError as exc:
+        from .hub.context_fit import with_advice
+
+        raise with_advice(exc) from None

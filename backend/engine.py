@@ -20,7 +20,6 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
-from .kv_cache import CachedRows
 from .model_file import ModelInfo, read_model_info
 from .protocol import (
     DEFAULT_N_CTX,
@@ -31,6 +30,7 @@ from .protocol import (
     Timings,
     TokenEvent,
 )
+from .row_record import RowRecord
 from .sampler import SamplerChain
 from .stopping import AnswerEnd
 
@@ -62,11 +62,11 @@ class EngineConfig:
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     n_batch: int = 512  # prefill chunk size: progress and cancel happen between chunks
     n_ubatch: int = 512
-    answer_reserve: int = 256  # default room kept for the answer when checking a prompt's length
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
-# runs goes through llama.cpp in one batch: its small-batch path is ~6x slower per row) and probes.
+# runs goes through llama.cpp in one batch: its small-batch path is slower per row,
+# docs/MEASUREMENTS.md#exact-rows-in-one-decode) and probes.
 N_SEQ = 32
 
 
@@ -181,8 +181,11 @@ class Engine:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
         # What sequence 0's cells hold, row by row (exact or approximated, and how): written only by
-        # this class's decode/truncate and by mark_exact.
-        self.cache = CachedRows()
+        # this class (decode, truncate_cache and the record's section below); read it as `row_record`.
+        self._rows = RowRecord()
+        # RidgeFill's per-engine state (backend/ridgefill/runtime.py makes it and is its only writer);
+        # the engine never reads it, so it need not import RidgeFill.
+        self.ridgefill_runtime: object | None = None
 
         template = self.info.chat_template
         self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
@@ -191,19 +194,28 @@ class Engine:
             Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
         )
 
-    # ---- the cache record ----------------------------------------------------------------------
+    # ---- the row record (backend/row_record.py) -------------------------------------------------
     @property
-    def kv_tokens(self) -> list[int]:
-        return self.cache.tokens
+    def row_record(self) -> RowRecord:
+        """What each row of sequence 0 holds: read it here, change it only through the methods below."""
+        return self._rows
 
     @property
-    def kv_exact(self) -> bool:
-        return self.cache.all_exact
+    def kv_tokens(self) -> list[int]:
+        return self._rows.tokens
 
     def mark_exact(self, start: int, end: int, cells=None) -> None:
         """Rows [start, end) of sequence 0 now hold K/V computed through every layer (in `cells`,
         where the caller knows them)."""
-        self.cache.mark_exact(start, end, cells)
+        self._rows.mark_exact(start, end, cells)
+
+    def record_cells(self, start: int, cells) -> None:
+        """Rows start.. of sequence 0 were written to `cells` (as the decode's cell-index input said)."""
+        self._rows.record_cells(start, cells)
+
+    def keep_split_streams(self, split: int, start: int, h: np.ndarray) -> None:
+        """Rows start.. were computed below `split` by a RidgeFill bulk pass; `h` their streams entering it."""
+        self._rows.keep_split_streams(split, start, h)
 
     # ---- eval callback -------------------------------------------------------------------------
     @contextmanager
@@ -289,12 +301,12 @@ class Engine:
                approx_tag: str | None = None) -> None:
         """One llama_decode of up to n_batch tokens on sequence 0, right after what is cached, and the
         record of it: exact rows, or rows approximated under `approx_tag`."""
-        if start_pos != len(self.cache):
-            raise ValueError(f"sequence 0 holds {len(self.cache)} rows; cannot decode at {start_pos}")
+        if start_pos != len(self._rows):
+            raise ValueError(f"sequence 0 holds {len(self._rows)} rows; cannot decode at {start_pos}")
         n = len(tokens)
         self.decode_rows(tokens, range(start_pos, start_pos + n), [0] * n, logits_last=logits_last,
                          logits_all=logits_all)
-        self.cache.append(tokens, approx_tag)
+        self._rows.append(tokens, approx_tag)
 
     @property
     def ubatch_rows(self) -> int:
@@ -334,7 +346,7 @@ class Engine:
             n_keep = 0
         if n_keep <= 0:
             llama_cpp.llama_memory_clear(self._mem, True)
-        self.cache.truncate(max(0, n_keep))
+        self._rows.truncate(max(0, n_keep))
 
     @contextmanager
     def scratch(self) -> Iterator["Engine"]:
@@ -361,8 +373,8 @@ class Engine:
             self.seq_remove(s, -1, -1)
 
     def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
-        """Leading `tokens` already cached that a request may reuse (see kv_cache.CachedRows)."""
-        return self.cache.reusable_prefix(tokens, accept_tag)
+        """Leading `tokens` already cached that a request may reuse (see row_record.RowRecord)."""
+        return self._rows.reusable_prefix(tokens, accept_tag)
 
     # ---- prefill and decode --------------------------------------------------------------------
     def prefill(
@@ -400,19 +412,25 @@ class Engine:
         """log p(token | everything before it) for each of the last `last_n` tokens (the exact model
         unless `prefill(tokens_head, cancel=...)` is given to run the head another way).
 
-        The head tokens[:-last_n] is prefilled without reuse; the scored tokens run exact with logits
-        for every row."""
+        The head tokens[:-last_n] is prefilled without reuse, on an empty cache; the scored tokens run
+        exact with logits for every row. The cache is empty afterwards (scratch): no request reuses them."""
         if not 0 < last_n < len(tokens):
             raise ValueError("last_n must be between 1 and len(tokens) - 1")
-        head, scored = tokens[:-last_n], tokens[-last_n:]
-        self.truncate_cache(0)
-        if prefill is None:
-            self.prefill(head, reuse_prefix=False, cancel=cancel)
-        else:
-            prefill(head, cancel=cancel)
+        head = tokens[:-last_n]
+        with self.scratch():
+            self.truncate_cache(0)  # whatever the cache held, the head starts at position 0
+            if prefill is None:
+                self.prefill(head, reuse_prefix=False, cancel=cancel)
+            else:
+                prefill(head, cancel=cancel)
+            return self._score_after_head(tokens[-last_n:], len(head), cancel)
+
+    def _score_after_head(self, scored: list[int], pos: int, cancel: CancelCheck | None) -> np.ndarray:
+        """log p of each `scored` token, the head (`pos` rows) cached and its last logits ready."""
+        last_n = len(scored)
         out = np.empty(last_n, dtype=np.float64)
         out[0] = _log_softmax(self.last_logits())[scored[0]]
-        pos, n_batch, done = len(head), self.config.n_batch, 1
+        n_batch, done = self.config.n_batch, 1
         while done < last_n:  # feed scored[:-1]; row i predicts scored[i + 1]
             if cancel is not None and cancel():
                 raise Cancelled("scoring cancelled")
@@ -459,9 +477,9 @@ class Engine:
             if reason is not None:
                 finish, ended = reason, True
                 break
-            if len(self.cache) >= self.n_ctx:
+            if len(self._rows) >= self.n_ctx:
                 break
-            self.decode([tok], len(self.cache), logits_last=True)
+            self.decode([tok], len(self._rows), logits_last=True)
         if not ended:
             end.feed(decoder.decode(b"", final=True))
         return out, end.text, finish, first_token_at

@@ -1,8 +1,20 @@
-"""GGUF model files: where the embedded default lives, checking a file, and reading its facts."""
+"""GGUF model files: where the embedded default lives, checking a file, and reading its header (the one
+home of GGUF header reading; the `gguf` package's reader for the full file, its value types for the quick
+metadata read).
+
+`read_model_info` builds gguf's full reader, which also checks the tensor table but turns every entry of
+the tokenizer arrays into numpy views: too slow for the GUI's first frame
+(docs/MEASUREMENTS.md#reading-the-gguf-header). `read_model_header` walks the metadata
+key-value section once, skipping arrays, and returns the same `ModelInfo` in milliseconds; anything it
+does not understand (a big-endian or version-1 file, an array where a number belongs) falls back to
+read_model_info.
+"""
 from __future__ import annotations
 
 import importlib.util
+import mmap
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +57,7 @@ class ModelInfo:
     file_type: int | None
     size_bytes: int
     chat_template: str | None
+    sliding_window: int = 0  # the window of a sliding-window attention layer (gemma3), in tokens; 0: none
     sampling: tuple = ()  # the file's recommended sampling (general.sampling.*) as (field, value) pairs
 
 
@@ -72,10 +85,22 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     p = check_gguf(path)
     reader = open_reader(p)
     fields = {name: _field_value(f) for name, f in reader.fields.items()}
-    return info_from_fields(p, fields)
+    return _info_from_fields(p, fields)
 
 
-def info_from_fields(p: Path, fields: dict) -> ModelInfo:
+def read_model_header(path: str | os.PathLike) -> ModelInfo:
+    """The ModelInfo of a GGUF file from its metadata alone (milliseconds); raises ModelFileError for a
+    missing or non-GGUF file. The tensor table is not read (the engine checks it when it loads the model)."""
+    p = check_gguf(path)
+    try:
+        with p.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            fields = _metadata(buf)
+        return _info_from_fields(p, fields)
+    except (_Unsupported, ModelFileError, struct.error, ValueError, OSError):  # odd or damaged: the full reader says why
+        return read_model_info(p)
+
+
+def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
     """The ModelInfo of the GGUF file `p` from its metadata key-value pairs."""
     arch = fields.get("general.architecture")
     if not isinstance(arch, str):
@@ -91,6 +116,7 @@ def info_from_fields(p: Path, fields: dict) -> ModelInfo:
     head_kv = fields.get(f"{arch}.attention.head_count_kv")
     n_head_kv = need("attention.head_count_kv") if head_kv is not None else n_head
     file_type, template = fields.get("general.file_type"), fields.get("tokenizer.chat_template")
+    window = fields.get(f"{arch}.attention.sliding_window")
     return ModelInfo(
         path=str(p),
         architecture=arch,
@@ -103,6 +129,7 @@ def info_from_fields(p: Path, fields: dict) -> ModelInfo:
         file_type=file_type if isinstance(file_type, int) else None,
         size_bytes=p.stat().st_size,
         chat_template=template if isinstance(template, str) else None,
+        sliding_window=int(window) if isinstance(window, (int, float)) else 0,
         sampling=tuple(sorted(recommended(fields).items())),
     )
 
@@ -133,3 +160,58 @@ def _field_value(field):
         return field.contents()
     except Exception:
         return None
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class _Array:
+    """An array value, skipped (nothing the header read needs is an array)."""
+
+
+def _metadata(buf) -> dict:
+    """The metadata key-value pairs of a little-endian GGUF v2/v3 file, arrays skipped."""
+    from gguf.constants import GGUFValueType as T
+    from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
+
+    scalars = {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
+               T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}
+    version = struct.unpack_from("<I", buf, 4)[0]
+    if version not in READER_SUPPORTED_VERSIONS:  # 1 is obsolete; a huge number is a big-endian file
+        raise _Unsupported(f"GGUF version {version}")
+    n_kv = struct.unpack_from("<Q", buf, 16)[0]
+    pos = 24
+
+    def string(at: int) -> tuple[str, int]:
+        n = struct.unpack_from("<Q", buf, at)[0]
+        return bytes(buf[at + 8:at + 8 + n]).decode("utf-8", errors="replace"), at + 8 + n
+
+    def skip(vtype: int, at: int) -> int:
+        if vtype in scalars:
+            return at + struct.calcsize(scalars[vtype])
+        if vtype == T.STRING:
+            return at + 8 + struct.unpack_from("<Q", buf, at)[0]
+        if vtype == T.ARRAY:
+            etype, count = struct.unpack_from("<IQ", buf, at)
+            at += 12
+            if etype in scalars:
+                return at + count * struct.calcsize(scalars[etype])
+            for _ in range(count):
+                at = skip(etype, at)
+            return at
+        raise _Unsupported(f"value type {vtype}")
+
+    out: dict = {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        vtype = struct.unpack_from("<I", buf, pos)[0]
+        pos += 4
+        if vtype in scalars:
+            out[key] = struct.unpack_from(scalars[vtype], buf, pos)[0]
+        elif vtype == T.STRING:
+            out[key], _ = string(pos)
+        elif vtype == T.ARRAY:
+            out[key] = _Array()
+        pos = skip(vtype, pos)
+    return out

@@ -2,7 +2,8 @@
 
 Each folder can be moved by an environment variable (RIDGEFILL_DATA_DIR, RIDGEFILL_CACHE_DIR,
 RIDGEFILL_LOG_DIR, RIDGEFILL_CONFIG_DIR); RIDGEFILL_HOME moves them all under one folder (tests,
-portable installs), each keeping the last part of its platform name. The roots are created on first
+portable installs), each keeping the last part of its platform name. The app moves the cache of its own
+process with `use_cache_root` (the GUI's cache location setting), which wins over the variables. The roots are created on first
 use; the folders below the cache root are created by whoever writes them.
 
 The user cache holds:
@@ -21,6 +22,7 @@ from platformdirs import PlatformDirs
 
 APP_NAME = "RidgeFill"
 _DIRS = PlatformDirs(APP_NAME, APP_NAME)
+_cache_root: Path | None = None  # use_cache_root's; None: the variables and the platform decide
 
 
 def _dir(env: str, default: str) -> Path:
@@ -34,7 +36,16 @@ def data_dir() -> Path:
     return _dir("RIDGEFILL_DATA_DIR", _DIRS.user_data_dir)
 
 
+def use_cache_root(root: str | Path | None) -> None:
+    """The user cache of this process from now on; None gives it back to the variables and the platform."""
+    global _cache_root
+    _cache_root = Path(root) if root else None
+
+
 def cache_dir() -> Path:
+    if _cache_root is not None:
+        _cache_root.mkdir(parents=True, exist_ok=True)
+        return _cache_root
     return _dir("RIDGEFILL_CACHE_DIR", _DIRS.user_cache_dir)
 
 

@@ -4,11 +4,17 @@ functions included, and follows chains of imports (the forbidden and layers cont
 imports too).
 
 - backend never imports Qt (PySide6, shiboken6, PyQt5/6, pyqtgraph);
-- the engine child process (app.engine_process, app.engine_protocol) is Qt-free;
+- the engine child process (app.engine_child, app.engine_process, app.engine_protocol) is Qt-free;
 - layers ui -> app -> backend: backend never imports app or ui, app never imports ui (but for the
   GUI's entry point and the self-test, which start the window);
 - the UI never calls llama.cpp itself (no direct import of llama_cpp);
-- no import cycles in backend: between the children of every package in it, at every depth.
+- only the engine (backend/engine.py), its sampler chain (backend/sampler.py) and the ggml view
+  (backend/ridgefill/ggml_graph.py) import llama_cpp directly: everything else goes through them;
+- no import cycles in backend: between the children of every package in it, at every depth;
+- ridgefill never imports the hub or the evals (directly or through a chain of imports);
+- the UI never imports the evals (backend.evals, lab tooling) itself;
+- the evals are imported only where an eval runs: the eval commands (app.commands.evals), the GUI's
+  recall task, and Tune for this model (app.commands.tune, the engine child's tune handler).
 """
 from __future__ import annotations
 
@@ -41,7 +47,11 @@ def test_the_contracts_are_all_there():
         "the engine child process is Qt-free",
         "layers: ui -> app -> backend",
         "the UI never calls llama.cpp itself",
+        "only the engine and the ggml view import llama_cpp",
         "no import cycles in backend",
+        "ridgefill never imports the hub or the evals",
+        "the UI never imports the evals itself",
+        "the evals are imported only where an eval runs",
     }
 
 

@@ -90,7 +90,7 @@ def test_nll_pairs_documents_and_a_refused_mode_changes_nothing(small_engine, tm
 
 
 def test_sweep_rows_have_the_ratio_accuracy_and_nll(small_engine, tmp_path):
-    from app.commands.sweep import sweep_text
+    from app.commands.evals.sweep import sweep_text
 
     hay = filler_haystack()
     item = build_item(small_engine, length=200, depth=0.2, variant="single", haystack=hay)

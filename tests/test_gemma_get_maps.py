@@ -19,7 +19,8 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
     from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.hub.settings import HubSettings
     from backend.protocol import CompletionRequest
-    from backend.ridgefill import calibration, defaults
+    from backend.ridgefill import defaults
+    from backend.ridgefill.activation_store import load_activations
     from backend.ridgefill.maps import MapsMissing, find_maps
     from backend.ridgefill.tuned import read_tuned
     from backend.sampling import GREEDY
@@ -27,7 +28,7 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
     t0 = time.perf_counter()
     with pytest.raises(MapsMissing):  # a fresh user cache (RIDGEFILL_HOME is this test's): no maps at all
         find_maps(gemma3_path, 12)
-    assert calibration.load_activations(gemma3_path) is None
+    assert load_activations(gemma3_path) is None
     with Engine(EngineConfig(gemma3_path, n_ctx=2048, n_threads=2)) as engine:
         notes = []
         res = get_maps(gemma3_path, 12, HubSettings(offline=True), engine=engine, on_note=notes.append,

@@ -11,7 +11,8 @@ import pytest
 from backend.errors import Cancelled, RidgeFillError
 from backend.hub.get_maps import CaptureOptions, get_maps
 from backend.hub.settings import HubSettings
-from backend.ridgefill import calibration
+from backend.ridgefill import activation_store
+from backend.ridgefill.capture_plan import CaptureDiskShort
 from tests.tiny_gguf import write_tiny_gguf
 
 SMALL = CaptureOptions(max_tokens=1200, seq_tokens=200)  # 6 sequences of 200 tokens
@@ -60,9 +61,9 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
     with pytest.raises(Cancelled):  # cancelled halfway through the capture (3 of 6 sequences done)
         get_maps(tiny_path, 2, hs, engine=tiny_engine, capture=SMALL, cancel=lambda: len(seen) >= 3,
                  on_progress=lambda stage, d, t: seen.append(d) if stage == "capture" and d % 200 == 0 else None)
-    state = calibration.capture_state(tiny_path)
+    state = activation_store.capture_state(tiny_path)
     assert len(state["done"]) == 3 and state["sequences"] == 6
-    assert calibration.load_activations(tiny_path) is None  # an unfinished capture is never taken for one
+    assert activation_store.load_activations(tiny_path) is None  # an unfinished capture is never taken for one
     assert not hs.maps_dir.exists() or not any(hs.maps_dir.iterdir())  # no map folder at all
 
     # A fit that dies while writing (here: the third file) leaves no folder, hidden or not.
@@ -81,7 +82,7 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
         get_maps(tiny_path, 1, hs, engine=tiny_engine, capture=SMALL, on_note=notes.append)
     monkeypatch.setattr(map_format, "save_file", real)
     assert any("resuming" in n for n in notes)
-    acts = calibration.load_activations(tiny_path)
+    acts = activation_store.load_activations(tiny_path)
     assert acts.facts["resumed_sequences"] == 3 and acts.facts["captured_sequences"] == 3  # fewer the second time
     assert list(hs.maps_dir.iterdir()) == []
 
@@ -100,9 +101,9 @@ def test_a_cancelled_capture_resumes_and_no_half_written_folder_is_used(tiny_eng
 
 
 def test_a_capture_that_would_not_fit_the_disk_is_refused_before_it_starts(tiny_engine, tiny_path):
-    with pytest.raises(calibration.CaptureDiskShort, match="Not enough disk space to capture") as err:
+    with pytest.raises(CaptureDiskShort, match="Not enough disk space to capture") as err:
         get_maps(tiny_path, 2, settings(), engine=tiny_engine, capture=SMALL, disk_free=lambda p: 1000)
-    assert "MB" in str(err.value) and calibration.capture_state(tiny_path) is None
+    assert "MB" in str(err.value) and activation_store.capture_state(tiny_path) is None
 
 
 def test_maps_for_another_model_are_not_taken(tiny_engine, tiny_path, tmp_path):
@@ -133,6 +134,36 @@ def test_the_decision_rule():
     assert split == 18 and "no candidate" in why
     assert choose([], 18, 3, 12)[0] == 18
     assert candidate_splits(30, 12) == [9, 12, 15, 18] and candidate_splits(18, 12) == [5, 7, 9, 11, 12]
+
+
+def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
+    from types import SimpleNamespace
+
+    from backend.errors import RidgeFillError
+    from backend.evals.tune import _checked_splits
+
+    gemma = SimpleNamespace(n_layer=18)
+    assert _checked_splits(None, gemma, 12, floor=6) == [7, 9, 11, 12]  # 5: below the global cache's first layer
+    with pytest.raises(RidgeFillError, match="6..16"):
+        _checked_splits([5, 9], gemma, 12, floor=6)
+    assert _checked_splits([9, 12], gemma, 12) == [9, 12]
+
+
+def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_recall():
+    from backend.evals.tune import Candidate, choose, refusal
+    from backend.protocol import Timings
+
+    fast = Timings(mode="guided")
+    assert refusal("guided", [{"mode_run": "guided"}] * 3, fast, 1.6) == ""
+    why = refusal("guided", [{"mode_run": "guided"}, {"mode_run": "off", "note": "RidgeFill stopped (cells)"}], fast, 1.2)
+    assert why.startswith("its requests ran off, not guided") and "RidgeFill stopped" in why
+    assert "ran speed" in refusal("guided", [{"mode_run": "guided"}], Timings(mode="speed"), 1.6)
+    assert refusal("guided", [{"mode_run": "guided"}], fast, 1.01).startswith("it gains nothing")
+    assert refusal("guided", [{"mode_run": "guided"}], fast, None).startswith("it gains nothing")
+    # recall as exact's, but refused: the default stays (what the tune of Gemma 3 at S = 5 did before)
+    refused = Candidate(5, 10, 10, 12, 1.17, False, refused="its requests ran off, not speed")
+    assert refused.brief()["refused"] and "refused" not in Candidate(9, 10, 10, 12, 1.5, True).brief()
+    assert choose([refused], 12, 10, 12)[0] == 12
 
 
 def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, capsys, tiny_path):

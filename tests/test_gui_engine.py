@@ -134,21 +134,11 @@ def test_the_engine_process_and_its_protocol_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, app.engine_process, app.engine_protocol, app.job_runner, app.model_header; "
+    code = ("import sys, app.engine_child, app.engine_process, app.engine_protocol, app.job_runner, backend.model_file; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'ui')); "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-
-
-def test_header_read_gives_the_same_model_info_as_the_full_reader(tmp_path, model_path):
-    from app.model_header import read_model_header
-    from backend.model_file import read_model_info
-    from tests.tiny_gguf import write_tiny_gguf
-
-    paths = [model_path] + [str(write_tiny_gguf(tmp_path / f"{a}.gguf", a)) for a in ("qwen2", "gemma3")]
-    for p in paths:
-        assert read_model_header(p) == read_model_info(p)
 
 
 def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, model_path, tmp_path):

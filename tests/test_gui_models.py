@@ -26,10 +26,10 @@ def panel(qtbot, tmp_path, monkeypatch, tiny, model_path):
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     hub = FakeHub().start()
     hub.add_file(REPO, FILE, tiny)
-    from app.paths import data_dir
-    from ui.models_panel import USER_MODELS, ModelsPanel
+    from backend.hub.catalogue import user_models_file
+    from ui.models_panel import ModelsPanel
 
-    (data_dir() / USER_MODELS).write_text(json.dumps({"models": [{
+    user_models_file().write_text(json.dumps({"models": [{
         "id": "tiny-q8_0", "name": "Tiny test model", "architecture": "llama", "repo_id": REPO,
         "filename": FILE, "quantization": "Q8_0", "size_bytes": len(tiny), "size_exact": True,
         "sha256": hashlib.sha256(tiny).hexdigest()}]}), encoding="utf-8")
@@ -50,17 +50,18 @@ def row_of(panel, name):
 def test_catalogue_lists_the_embedded_model_and_downloads_with_progress(qtbot, panel, tiny):
     names = [e.name for e in panel.entries]
     assert "SmolLM2 135M Instruct" in names and "Tiny test model" in names
-    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 4).text() == "embedded"
+    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 5).text() == "embedded"
     r = row_of(panel, "Tiny test model")
-    assert panel.table.item(r, 4).text() == "not downloaded"
-    assert "disk:" in panel.table.item(r, 5).text()  # the fit hint
+    assert panel.table.item(r, 5).text() == "not downloaded"
+    assert "disk:" in panel.table.item(r, 6).text()  # the fit hint
+    assert panel.table.item(row_of(panel, "SmolLM2 135M Instruct"), 4).text() == "8K"  # its context
     panel.table.selectRow(r)
     assert panel.download_btn.isEnabled() and not panel.use_btn.isEnabled()
     panel.download_btn.click()
     assert panel.cancel_btn.isEnabled() and not panel.progress.isHidden()
     qtbot.waitUntil(lambda: panel.state.text().startswith(("Ready", "Failed")), timeout=30_000)
     assert panel.state.text().startswith("Ready"), panel.state.text()
-    assert panel.table.item(r, 4).text() == "installed"
+    assert panel.table.item(r, 5).text() == "installed"
     panel.table.selectRow(r)
     assert panel.use_btn.isEnabled()
     opened = []
@@ -79,7 +80,7 @@ def test_cancel_stops_a_download_and_installs_nothing(qtbot, panel):
     panel.cancel_btn.click()
     qtbot.waitUntil(lambda: panel.state.text().startswith(("Failed", "Ready")), timeout=20_000)
     assert panel.state.text().startswith("Failed") and "cancel" in panel.state.text()
-    assert panel.table.item(r, 4).text() == "not downloaded"
+    assert panel.table.item(r, 5).text() == "not downloaded"
     assert panel.download_btn.isEnabled()
 
 
@@ -139,16 +140,17 @@ def test_map_sets_of_every_installed_model_are_listed(qtbot, panel, tmp_path, mo
 
 def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_gives_the_default_back(
         qtbot, tmp_path, monkeypatch):
-    """The engine process reads the cache location (maps, tuned splits, activations) and the hub from the
-    environment it was started with, so changing them restarts it; answer room alone does not."""
+    """The engine process takes the cache location (maps, tuned splits, activations) and the hub as typed
+    settings when it starts, so changing them restarts it; answer room alone does not. The environment
+    stays the user's: an emptied setting gives back what the app was started with."""
     import os
 
-    import app.settings as settings_module
+    from backend import user_paths
     from ui.settings_dialog import SettingsDialog
 
-    monkeypatch.setattr(settings_module, "_STARTUP_ENVIRONMENT", {"HF_TOKEN": "from-the-shell"})
-    for name in ("RIDGEFILL_CACHE_DIR", "HF_TOKEN", "HF_ENDPOINT"):  # restored after the test
+    for name in ("RIDGEFILL_CACHE_DIR", "HF_ENDPOINT"):  # restored after the test
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN", "from-the-shell")
     s = Settings()
     dlg = SettingsDialog(s)
     qtbot.addWidget(dlg)
@@ -157,10 +159,13 @@ def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_give
     dlg.cache.setText(str(tmp_path / "elsewhere"))
     dlg.token.setText("typed-in")
     assert dlg.apply() is True and s.cache_location == str(tmp_path / "elsewhere")
-    s.apply_environment()
-    assert os.environ["RIDGEFILL_CACHE_DIR"] == str(tmp_path / "elsewhere") and os.environ["HF_TOKEN"] == "typed-in"
+    hub = s.hub_settings()
+    assert s.engine_settings().cache_root == str(tmp_path / "elsewhere") == str(hub.cache_root)
+    assert hub.token == "typed-in"
     dlg.cache.setText("")
     dlg.token.setText("")
     assert dlg.apply() is True
-    s.apply_environment()
-    assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"
+    hub = s.hub_settings()
+    assert s.engine_settings().cache_root is None and hub.cache_root == user_paths.cache_dir()
+    assert hub.token == "from-the-shell"
+    assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"  # untouched

@@ -1,7 +1,8 @@
 import pytest
 
 from backend.errors import ModelFileError
-from backend.model_file import read_model_info
+from backend.model_file import read_model_header, read_model_info
+from tests.tiny_gguf import write_tiny_gguf
 
 
 def test_embedded_model_facts(model_path):
@@ -35,3 +36,15 @@ def test_truncated_gguf_is_refused(model_path, tmp_path, keep):
         p.write_bytes(f.read(keep))
     with pytest.raises(ModelFileError, match="damaged or truncated|lacks|no general"):
         read_model_info(p)
+
+
+def test_header_read_gives_the_same_model_info_as_the_full_reader(tmp_path, model_path):
+    paths = [model_path] + [str(write_tiny_gguf(tmp_path / f"{a}.gguf", a)) for a in ("qwen2", "gemma3")]
+    for p in paths:
+        assert read_model_header(p) == read_model_info(p)
+
+
+def test_the_sliding_window_is_read_from_the_header(tmp_path, model_path):
+    gemma = write_tiny_gguf(tmp_path / "gemma3.gguf", "gemma3", sliding_window=48)
+    assert read_model_header(gemma).sliding_window == read_model_info(gemma).sliding_window == 48
+    assert read_model_header(model_path).sliding_window == 0  # llama: every layer sees everything

@@ -12,8 +12,9 @@ import torch
 
 from backend.protocol import CompletionRequest
 from backend.ridgefill.plan import ridgefill_prefill
-from backend.ridgefill.setup import ridgefill_setup as engine_state
-from backend.ridgefill.selected_rows import NUMBER_LEAD, NUMBER_TRAIL, Run, batches, select_runs, token_score
+from backend.ridgefill.runtime import runtime
+from backend.ridgefill.quality_rows import NUMBER_LEAD, NUMBER_TRAIL, select_runs, token_score
+from backend.ridgefill.redecode import Run, batches
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
 SPLIT, TAIL = 18, 512
@@ -100,7 +101,7 @@ def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(
     base = induction_prompt(engine, 2000)
     toks = base[:600] + owl + base[600:900] + owl + base[900:1900]
     engine.prefill(toks, reuse_prefix=False)
-    lay = engine_state(engine).layout
+    lay = runtime(engine).layout
 
     def k19():
         return lay.layers[SPLIT + 1].k_cache.rows().astype(np.float32)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from backend.engine import Engine, EngineConfig
-from backend.ridgefill.capture import capture_streams
+from backend.ridgefill.stream_capture import capture_streams
 from backend.ridgefill.plan import ridgefill_prefill
-from backend.ridgefill.setup import ridgefill_setup as engine_state
+from backend.ridgefill.runtime import runtime
 from tiny_gguf import D, write_tiny_gguf  # tests/ is on sys.path (pytest prepend mode)
 
 
@@ -26,7 +26,7 @@ def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
     path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", arch, n_layer=n_layer)
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
         assert engine.info.architecture == arch
-        st = engine_state(engine)
+        st = runtime(engine)
         assert st.refused is None, st.refused
         if arch == "gemma3":  # two caches: global layers 5 and 11 use another cell-index input
             assert st.swa_layers == {il for il in range(12) if il % 6 != 5} and st.n_swa == 64
@@ -64,7 +64,7 @@ def test_plumb_equals_off_on_gemma3_270m(gemma3_path):
     from backend.corpus import corpus_texts
 
     with Engine(EngineConfig(gemma3_path, n_ctx=2560, n_threads=2)) as engine:
-        st = engine_state(engine)
+        st = runtime(engine)
         assert st.refused is None, st.refused
         assert st.swa_layers and 5 not in st.swa_layers and 11 not in st.swa_layers
         doc = engine.tokenize("\n\n".join(corpus_texts()))[:2040]
@@ -125,7 +125,7 @@ def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama, monkeypatch):
     toks = [1] + [int(t) for t in np.random.default_rng(2).integers(3, 299, 1700)]
     with pytest.raises(Cancelled):
         rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
-    assert tiny_llama.eval_hook is None and tiny_llama.kv_exact is False
+    assert tiny_llama.eval_hook is None and tiny_llama.row_record.all_exact is False
     assert tiny_llama.reusable_prefix(toks) == 0
     rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
     assert rep.mode == "speed" and rep.bulk_n == len(toks) - 512
@@ -139,4 +139,4 @@ def test_a_failed_layout_check_refuses_ridgefill(tmp_path, monkeypatch):
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
         toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1700)]
         rep = ridgefill_prefill(engine, toks, "plumb", 2, 512)
-        assert rep.mode == "off" and "layout test refusal" in rep.note and engine.kv_exact
+        assert rep.mode == "off" and "layout test refusal" in rep.note and engine.row_record.all_exact

@@ -8,7 +8,7 @@ import torch
 from backend.errors import Cancelled
 from backend.ridgefill import ggml_graph
 from backend.ridgefill.cache_layout import discover
-from backend.ridgefill.capture import capture_streams
+from backend.ridgefill.stream_capture import capture_streams
 from backend.ridgefill.kv_writer import KVWriter
 
 TEXT = (

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from backend.ridgefill import calibration
-from backend.ridgefill.fitting import ALPHAS, fit_layers, fit_map_set, fit_ridge, heldout_documents, mean_cosine
+from backend.ridgefill.activation_store import load_activations
+from backend.ridgefill.calibration_corpus import calibration_sequences
+from backend.ridgefill.fitting import ALPHAS, fit_layers, fit_map_set, heldout_documents, mean_cosine
 from backend.ridgefill.maps import load_maps
 
 
@@ -37,7 +39,8 @@ def test_bias_is_not_penalised():
     # Even with heavy shrinkage of W, the prediction at the mean input is the mean output: the
     # bias absorbs the offset of 1000 exactly, instead of being shrunk towards 0 with W.
     x, y, a, b = synthetic(noise=0.5)
-    w, bias, lam = fit_ridge(x, y, alpha=10.0)
+    fit = fit_layers(x, {0: y}, torch.arange(len(x)) % 5 == 0, alphas=(10.0,))[0]  # refitted on all rows
+    w, bias, lam = fit.weight, fit.bias, fit.lam
     assert w.abs().max() < 0.5 * a.abs().max()  # W is shrunk a lot
     at_mean = x.mean(0) @ w.T + bias
     assert torch.allclose(at_mean, y.mean(0), atol=1e-2)
@@ -89,7 +92,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
     assert (facts["tokens"], facts["rows"], facts["stride"]) == (384, 192, 2)
     assert facts["chat_sequences"] == 0 and facts["prose_sequences"] == 1  # the first text is long enough
     assert acts.layer(20).shape == (192, 576) and acts.layer(1).dtype == torch.float32
-    assert calibration.load_activations(model_path).facts == facts  # found again by fingerprint
+    assert load_activations(model_path).facts == facts  # found again by fingerprint
 
     t1 = time.perf_counter()
     folder = fit_map_set(model_path, 27, out_dir=tmp_path / "a", engine=small_engine)
@@ -103,7 +106,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
 
     # A fit from a fresh capture equals the refit from the cache (capture is deterministic).
     shutil.rmtree(acts.folder)
-    assert calibration.load_activations(model_path) is None
+    assert load_activations(model_path) is None
     calibration.capture_activations(small_engine, stride=2, max_tokens=384)
     again = load_maps(fit_map_set(model_path, 27, out_dir=tmp_path / "b", engine=small_engine), model_path)
     for l in maps.layers:
@@ -120,7 +123,7 @@ def test_small_calibration_on_the_real_model_refits_from_cache(small_engine, mod
 
 
 def test_chat_copies_use_the_models_template(small_engine):
-    seqs = calibration.calibration_sequences(small_engine, ["A short note. It has two sentences. And a third."], 100)
+    seqs = calibration_sequences(small_engine, ["A short note. It has two sentences. And a third."], 100)
     (d0, k0, prose), (d1, k1, chat) = seqs
     assert (d0, k0, d1, k1) == (0, "prose", 0, "chat")
     (im_start,) = small_engine.tokenize("<|im_start|>", add_special=False)

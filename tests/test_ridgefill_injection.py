@@ -9,11 +9,11 @@ import torch
 from backend.corpus import corpus_texts
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
-from backend.ridgefill.capture import capture_streams
+from backend.ridgefill.stream_capture import capture_streams
 from backend.completion import complete
 from backend.ridgefill.defaults import default_tail
 from backend.ridgefill.plan import ridgefill_prefill
-from backend.ridgefill.setup import ridgefill_setup as engine_state
+from backend.ridgefill.runtime import runtime
 
 TAIL = 512
 
@@ -75,7 +75,7 @@ def test_short_prompt_and_bad_split_run_exact_with_a_reason(engine):
 
 
 def test_layout_is_found(engine):
-    st = engine_state(engine)
+    st = runtime(engine)
     assert st.refused is None
     lay = st.layout
     assert sorted(lay.layers) == list(range(engine.info.n_layer))
@@ -97,7 +97,7 @@ def test_plumb_equals_off_and_the_control_fails(engine):
     assert bulk == 1536
     engine.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
-    lay = engine_state(engine).layout
+    lay = runtime(engine).layout
     ref_k = {l: lay.layers[l].k_cache.rows()[:bulk].copy() for l in (15, 18, 29)}
     ref_v = {l: lay.layers[l].v_cache.rows()[:bulk].copy() for l in (15, 18, 29)}
     for split in (15, 18):
@@ -106,7 +106,7 @@ def test_plumb_equals_off_and_the_control_fails(engine):
         got = engine.last_logits()
         assert got.argmax() == ref.argmax()
         assert kl(ref, got) < 1e-2, (split, kl(ref, got))
-        assert engine.kv_exact is False
+        assert engine.row_record.all_exact is False
         for l in (l for l in (15, 18, 29) if l >= split):  # the K/V we wrote, row by row, vs exact's
             for mine, theirs in ((lay.layers[l].k_cache.rows()[:bulk], ref_k[l]),
                                  (lay.layers[l].v_cache.rows()[:bulk], ref_v[l])):
@@ -147,7 +147,7 @@ def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approxi
     t = plumb.timings
     tail = default_tail(engine.info)  # no tail in the request: the model's default
     assert (t.mode, t.split, t.tail) == ("plumb", 18, tail) and t.bulk_n == (plumb.prompt_tokens - tail) // 512 * 512
-    assert engine.kv_exact is False
+    assert engine.row_record.all_exact is False
     plumb_steps = step_logits(engine, prompt, off.tokens)  # on plumb's cache: its approximated bulk stays
     rows, (second, first) = np.arange(len(off.tokens)), np.argsort(off_steps, axis=1)[:, -2:].T
     margins = off_steps[rows, first] - off_steps[rows, second]
@@ -158,7 +158,7 @@ def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approxi
     ties = [i for i, m in enumerate(margins) if m < TIE_MARGIN]
     agree_to = ties[0] if ties else len(off.tokens)
     assert plumb.tokens[:agree_to] == off.tokens[:agree_to], (plumb.tokens, off.tokens, margins)
-    assert engine.kv_exact is False
+    assert engine.row_record.all_exact is False
     again = engine.complete(CompletionRequest(prompt=text, max_tokens=1, mode="off"))
     assert again.timings.cache_n == 0  # the approximated cache is not reused by an exact request
     assert again.tokens == off.tokens[:1]
@@ -173,7 +173,7 @@ def test_speed_with_a_fitted_predictor(engine):
     bulk = len(toks) - TAIL  # speed takes every row with T rows after it (plumb rounds to chunks)
     engine.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
-    lay = engine_state(engine).layout
+    lay = runtime(engine).layout
     ref_k = lay.layers[split].k_cache.rows()[:bulk].copy()
     ref_k_late = lay.layers[25].k_cache.rows()[:bulk].astype(np.float32)
     events = []

@@ -92,7 +92,7 @@ def test_loop_watch_counts_sentences_and_list_lines_not_code():
 
 
 def test_the_model_files_recommendation_becomes_its_defaults(tmp_path):
-    from app.model_header import read_model_header
+    from backend.model_file import read_model_header
     from backend.model_file import read_model_info
     from tests.tiny_gguf import write_tiny_gguf
 

@@ -1,6 +1,7 @@
-"""The chat tab: document bar, conversation, input, prefill progress; the view-model of one conversation.
+"""The chat tab: document bar, conversation, input, prefill progress.
 
-Requests go to the engine client; each answer's events stream back to this panel's own callbacks and
+What is asked of the engine comes from app/chat_session.py (the conversation as turns, the request);
+requests go to the engine client; each answer's events stream back to this panel's own callbacks and
 into the last message, and Stop cancels this panel's answer only. The conversation is saved after
 every message and every half second while an answer streams.
 """
@@ -22,13 +23,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations import Conversation, ConversationStore, Document, Message
+from app import chat_session
+from app.conversations import Conversation, ConversationStore, Message
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import CountRequest, CountResult, TaskKind
-from backend.documents import document_messages, read_document
+from backend.documents import read_document
 from backend.errors import DocumentError
-from backend.evals.compare import answers_agree
-from backend.protocol import ChatMessage, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
+from backend.answers import answers_agree
+from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY, SamplingParams
 from backend.stopping import LOOP_NOTE
 from ui.chat_view import ChatView
@@ -38,6 +40,8 @@ from ui.ttft_chart import TtftChart
 
 DOC_SUFFIXES = {".txt", ".md", ".markdown", ".pdf", ".text", ".rst"}
 SAVE_EVERY_S = 0.5
+COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
+NO_DOCUMENT = "No document: attach a .txt, .md or .pdf file, or drop it here."
 
 
 class ChatPanel(QWidget):
@@ -45,7 +49,7 @@ class ChatPanel(QWidget):
     busy_changed = Signal(bool)  # an answer is being produced (switching conversations waits for it)
 
     def __init__(self, service: EngineClient, store: ConversationStore, controls: RidgeFillControls,
-                 chart: TtftChart, max_tokens: int = 256, parent=None):
+                 chart: TtftChart, max_tokens: int = DEFAULT_MAX_TOKENS, parent=None):
         super().__init__(parent)
         self.service, self.store, self.controls, self.chart = service, store, controls, chart
         self.max_tokens = max_tokens
@@ -62,9 +66,13 @@ class ChatPanel(QWidget):
         self._last_save = 0.0
         self._progress_base: tuple[int, float] | None = None
         self.setAcceptDrops(True)
+        self._build_widgets()
+        self._lay_out()
+        self._connect()
 
+    def _build_widgets(self) -> None:
         self.attach_btn = QPushButton("Attach document…")
-        self.doc_label = QLabel("No document: attach a .txt, .md or .pdf file, or drop it here.")
+        self.doc_label = QLabel(NO_DOCUMENT)
         self.detach_btn = QPushButton("Remove")
         self.detach_btn.setVisible(False)
         self.count_label = QLabel()
@@ -86,16 +94,17 @@ class ChatPanel(QWidget):
         self.notice.setVisible(False)
         self.notice.setStyleSheet("color: #c62828")
 
+    def _lay_out(self) -> None:
         doc_row = QHBoxLayout()
         doc_row.addWidget(self.attach_btn)
         doc_row.addWidget(self.doc_label, 1)
         doc_row.addWidget(self.detach_btn)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_btn)
+        buttons.addWidget(self.stop_btn)
         input_row = QHBoxLayout()
         input_row.addWidget(self.input, 1)
-        btns = QVBoxLayout()
-        btns.addWidget(self.send_btn)
-        btns.addWidget(self.stop_btn)
-        input_row.addLayout(btns)
+        input_row.addLayout(buttons)
         lay = QVBoxLayout(self)
         lay.addLayout(doc_row)
         lay.addWidget(self.count_label)
@@ -105,9 +114,10 @@ class ChatPanel(QWidget):
         lay.addWidget(self.progress_label)
         lay.addLayout(input_row)
 
+    def _connect(self) -> None:
         self._count_timer = QTimer(self)
         self._count_timer.setSingleShot(True)
-        self._count_timer.setInterval(400)
+        self._count_timer.setInterval(COUNT_AFTER_MS)
         self._count_timer.timeout.connect(self.request_count)
         self.attach_btn.clicked.connect(self.choose_document)
         self.detach_btn.clicked.connect(self.detach_document)
@@ -116,7 +126,7 @@ class ChatPanel(QWidget):
         self.input.textChanged.connect(self._count_timer.start)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
-        service.ready.connect(self._on_engine_ready)
+        self.service.ready.connect(self._on_engine_ready)
 
     # ---- conversation ----------------------------------------------------------------------------
     def load_conversation(self, conv: Conversation) -> bool:
@@ -167,9 +177,7 @@ class ChatPanel(QWidget):
         except DocumentError as exc:
             self._notice(str(exc))
             return False
-        self.conv.document = Document(Path(path).name, text)
-        if self.conv.title == "New chat":
-            self.conv.title = Path(path).name
+        chat_session.attach(self.conv, path, text)
         self.save()
         self._show_document()
         self.request_count()
@@ -186,7 +194,7 @@ class ChatPanel(QWidget):
     def _show_document(self) -> None:
         d = self.conv.document
         if d is None:
-            self.doc_label.setText("No document: attach a .txt, .md or .pdf file, or drop it here.")
+            self.doc_label.setText(NO_DOCUMENT)
         else:
             self.doc_label.setText(f"Document: {d.name} · {len(d.text):,} characters")
         self.detach_btn.setVisible(d is not None)
@@ -203,33 +211,12 @@ class ChatPanel(QWidget):
                 return
 
     # ---- requests --------------------------------------------------------------------------------
-    def history(self, question: str) -> list[ChatMessage]:
-        """The chat so far plus `question`; the document goes into the first user turn."""
-        turns = [(m.role, m.content) for m in self.conv.messages
-                 if m.role == "user" or (m.content.strip() and m.complete)]
-        # drop an unanswered trailing user turn (an earlier failure) so turns alternate
-        clean: list[tuple[str, str]] = []
-        for role, content in turns:
-            if clean and clean[-1][0] == role == "user":
-                clean[-1] = (role, content)
-            else:
-                clean.append((role, content))
-        if clean and clean[-1][0] == "user":
-            clean.pop()
-        clean.append(("user", question))
-        msgs = [ChatMessage(r, c) for r, c in clean]
-        if self.conv.document is not None:
-            msgs[0] = document_messages(self.conv.document.text, msgs[0].content)[0]
-        return msgs
-
     def build_request(self, question: str, **over) -> CompletionRequest:
-        mode = self.controls.mode()
-        req = CompletionRequest(messages=self.history(question), max_tokens=self.max_tokens, mode=mode,
-                                split=self.controls.split() if mode != "off" else None,
-                                tail=self.controls.tail() if mode != "off" else None)
-        for k, v in over.items():
-            setattr(req, k, v)
-        return req
+        """The request for `question` with the RidgeFill controls' mode, split and tail as they are now,
+        unless `over` gives others (the exact run of a comparison: mode="off")."""
+        c = self.controls
+        now = {"mode": c.mode(), "split": c.split(), "tail": c.tail(), "max_tokens": self.max_tokens}
+        return chat_session.build_request(self.conv, question, **{**now, **over})
 
     @Slot(object)
     def _on_engine_ready(self, _info) -> None:
@@ -303,11 +290,7 @@ class ChatPanel(QWidget):
                  if compare else None)
         self._notice("")
         self.input.clear()
-        self.conv.messages.append(Message("user", question))
-        if self.conv.title == "New chat":
-            self.conv.title = question[:40]
-        self._answer = Message("assistant", "", complete=False)
-        self.conv.messages.append(self._answer)
+        self._answer = chat_session.ask(self.conv, question)
         self.save()
         self.view.add("user", question)
         self._answer_widget = self.view.add("assistant", "")
@@ -382,20 +365,17 @@ class ChatPanel(QWidget):
             elif res.finish_reason == "loop":
                 self._answer.note = LOOP_NOTE
             self._answer_widget.set_text(res.text)
-            self.chart.add(self._message_number(), res.timings.ttft_ms, res.timings.mode)
+            self.chart.add(chat_session.answer_count(self.conv), res.timings.ttft_ms, res.timings.mode)
         else:
             self._task_exact = None
             self._answer.exact = {"content": res.text, "timings": t}
             if res.finish_reason == "loop":
                 self._answer.note = (self._answer.note + "\n" if self._answer.note else "") + "exact run " + LOOP_NOTE
-            self.chart.add(self._message_number(), res.timings.ttft_ms, "off")
+            self.chart.add(chat_session.answer_count(self.conv), res.timings.ttft_ms, "off")
         self._decorate(self._answer_widget, self._answer)
         if self._task_exact is not None and self._task_primary is None:
             self._answer_widget.set_exact("running the exact model for comparison…")
         self._finish_if_done()
-
-    def _message_number(self) -> int:
-        return sum(1 for m in self.conv.messages if m.role == "assistant")
 
     def _on_cancelled(self, h: TaskHandle, message: str) -> None:
         if h is not self._task_primary and h is not self._task_exact:

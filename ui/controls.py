@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QSlider,
     QSpinBox,
     QVBoxLayout,
-    QWidget,
 )
 
 from backend.protocol import RIDGEFILL_MODES
@@ -31,6 +30,8 @@ MODE_LABELS = {
     "guided": "guided (speed, rows the question attends to exact)",
     "plumb": "plumb (oracle check)",
 }
+
+SETTLE_MS = 250  # the slider rests this long on a split before its maps are checked
 
 STATUS_STYLE = {
     "verified": ("Maps verified ✓", "color: #2e7d32"),
@@ -52,6 +53,13 @@ class RidgeFillControls(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("RidgeFill", parent)
         self.n_layer = 0  # no model yet: set_model gives the layers and the defaults
+        self._build_widgets()
+        self._lay_out()
+        self._connect()
+        self._update_label()
+        self._on_change()
+
+    def _build_widgets(self) -> None:
         self.toggle = QCheckBox("Skip late layers for bulk rows (RidgeFill)")
         self.toggle.setChecked(True)
         self.mode_box = QComboBox()
@@ -74,6 +82,10 @@ class RidgeFillControls(QGroupBox):
         self.maps_reasons = QLabel()
         self.maps_reasons.setWordWrap(True)
         self.maps_reasons.setStyleSheet("color: #777; font-size: 11px")
+        self._build_fit_widgets()
+
+    def _build_fit_widgets(self) -> None:
+        """Get maps, Tune, and the progress bar with Cancel that either shows while it runs."""
         self.get_btn = QPushButton("Get maps")
         self.get_btn.setToolTip("Maps for this split: the published set when there is one (verified), otherwise "
                                 "fitted here from activations captured once per model (resumable).")
@@ -88,6 +100,7 @@ class RidgeFillControls(QGroupBox):
         self.fit_cancel = QPushButton("Cancel")
         self.fit_cancel.setVisible(False)
 
+    def _lay_out(self) -> None:
         form = QFormLayout()
         form.addRow("Mode", self.mode_box)
         form.addRow("Split", self.slider)
@@ -109,9 +122,10 @@ class RidgeFillControls(QGroupBox):
         lay.addLayout(buttons)
         lay.addLayout(fit_row)
 
+    def _connect(self) -> None:
         self._settle = QTimer(self)
         self._settle.setSingleShot(True)
-        self._settle.setInterval(250)
+        self._settle.setInterval(SETTLE_MS)
         self._settle.timeout.connect(lambda: self.split_settled.emit(self.split()))
         self.toggle.toggled.connect(self._on_change)
         self.mode_box.currentIndexChanged.connect(self._on_change)
@@ -120,8 +134,6 @@ class RidgeFillControls(QGroupBox):
         self.get_btn.clicked.connect(lambda: self.get_maps.emit(self.split()))
         self.tune_btn.clicked.connect(self.tune)
         self.fit_cancel.clicked.connect(self.cancel_fit)
-        self._update_label()
-        self._on_change()
 
     # -- model --
     def set_model(self, n_layer: int, split: int, tail: int, min_tail: int, mode: str | None) -> None:

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations import Conversation, ConversationStore
+from app.conversations import ConversationStore
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import (
     EngineReady,
@@ -33,10 +33,10 @@ from app.engine_protocol import (
     TuneDone,
     TuneRequest,
 )
-from app.model_header import read_model_header
 from app.settings import Settings
 from backend.errors import ModelFileError
 from backend.eta import Eta
+from backend.model_file import read_model_header
 from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
@@ -67,35 +67,40 @@ class MainWindow(QMainWindow):
         self._shown_model: tuple[str, int] | None = None  # (resolved path, n_layer) the controls show
         self._model_defaults: tuple[int, int] | None = None  # that model's default (split, tail)
 
+        self._build_tabs()
+        self._build_docks()
+        self.engine_label = QLabel("Starting the engine…")
+        self.statusBar().addWidget(self.engine_label, 1)
+        self._build_menu()
+        self._connect()
+        self._show_saved_state()
+
+    def _build_tabs(self) -> None:
+        """The RidgeFill controls (set from the model file before the first frame) and the three tabs."""
         self.controls = RidgeFillControls()
-        self.generation = GenerationSettings(settings)  # sampling and answer length, per model
-        self.show_model(service.settings.model_path)  # the model's real layers and defaults, first frame
+        self.generation = GenerationSettings(self.settings)  # sampling and answer length, per model
+        self.show_model(self.service.settings.model_path)  # the model's real layers and defaults, first frame
         self.chart = TtftChart()
-        self.chat = ChatPanel(service, self.store, self.controls, self.chart, max_tokens=settings.max_tokens)
+        self.chat = ChatPanel(self.service, self.store, self.controls, self.chart, max_tokens=self.settings.max_tokens)
         self._use_generation()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.chat, "Chat")
         self.recall = RecallPanel(self.service, self.controls, self.chat)
         self.tabs.addTab(self.recall, "Recall")
         self.models = ModelsPanel(self.service, self.settings)
-        self.models.open_model.connect(self.open_model)
         self.tabs.addTab(self.models, "Models && maps")
+        self.setCentralWidget(self.tabs)
 
-        # conversations
+    def _build_docks(self) -> None:
+        """Conversations on the left; the RidgeFill controls, the Generation section and the TTFT chart on the right."""
         self.conv_list = QListWidget()
-        new_btn = QPushButton("New chat")
-        new_btn.clicked.connect(self.new_conversation)
-        self.chat.busy_changed.connect(lambda busy: (self.conv_list.setEnabled(not busy), new_btn.setEnabled(not busy)))
+        self.new_btn = QPushButton("New chat")
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(4, 4, 4, 4)
-        ll.addWidget(new_btn)
+        ll.addWidget(self.new_btn)
         ll.addWidget(self.conv_list, 1)
-        dock_left = QDockWidget("Conversations")
-        dock_left.setObjectName("conversations")
-        dock_left.setWidget(left)
-        dock_left.setFeatures(QDockWidget.DockWidgetMovable)
-        self.addDockWidget(Qt.LeftDockWidgetArea, dock_left)
+        dock_left = self._dock("Conversations", "conversations", left, Qt.LeftDockWidgetArea)
 
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -104,38 +109,49 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.generation)
         rl.addWidget(QLabel("Time to first token, this session"))
         rl.addWidget(self.chart, 1)
-        dock_right = QDockWidget("Prefill")
-        dock_right.setObjectName("ridgefill")
-        dock_right.setWidget(right)
-        dock_right.setFeatures(QDockWidget.DockWidgetMovable)
+        dock_right = self._dock("Prefill", "ridgefill", right, Qt.RightDockWidgetArea)
         dock_right.setTitleBarWidget(QWidget())  # the RidgeFill group box titles it already
-        self.addDockWidget(Qt.RightDockWidgetArea, dock_right)
         self.resizeDocks([dock_left, dock_right], [200, 380], Qt.Horizontal)
-        self.setCentralWidget(self.tabs)
 
-        self.engine_label = QLabel("Starting the engine…")
-        self.statusBar().addWidget(self.engine_label, 1)
-        self._build_menu()
+    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
+        dock = QDockWidget(title)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetMovable)
+        self.addDockWidget(area, dock)
+        return dock
 
-        service.ready.connect(self._on_ready)
-        service.crashed.connect(self._on_crashed)
-        service.fatal.connect(self._on_fatal)
+    def _connect(self) -> None:
+        self.service.ready.connect(self._on_ready)
+        self.service.crashed.connect(self._on_crashed)
+        self.service.fatal.connect(self._on_fatal)
         self.controls.split_settled.connect(self.check_maps)
         self.controls.get_maps.connect(self.get_maps)
         self.controls.tune.connect(self.tune)
         self.controls.cancel_fit.connect(self.cancel_fit)
         self.generation.changed.connect(self._use_generation)
-        self.controls.toggle.setChecked(settings.ridgefill_on)
-        self.controls.compare.setChecked(settings.compare_exact)
+        self.models.open_model.connect(self.open_model)
+        self.new_btn.clicked.connect(self.new_conversation)
+        self.chat.busy_changed.connect(self._on_chat_busy)
         self.chat.conversation_changed.connect(self._refresh_list)
         self.conv_list.currentItemChanged.connect(self._on_pick)
 
+    def _show_saved_state(self) -> None:
+        """The saved toggles, the latest conversation, and the engine's state if it already runs."""
+        self.controls.toggle.setChecked(self.settings.ridgefill_on)
+        self.controls.compare.setChecked(self.settings.compare_exact)
         convs = self.store.load_all()
         if convs:
             self.chat.load_conversation(convs[0])
         self._refresh_list()
-        if service.info is not None:  # a service that is already running (tests share one)
-            self._on_ready(service.info)
+        if self.service.info is not None:  # a service that is already running (tests share one)
+            self._on_ready(self.service.info)
+
+    @Slot(bool)
+    def _on_chat_busy(self, busy: bool) -> None:
+        """While an answer streams, the conversation it belongs to stays shown."""
+        self.conv_list.setEnabled(not busy)
+        self.new_btn.setEnabled(not busy)
 
     def _build_menu(self) -> None:
         m = self.menuBar().addMenu("&File")
@@ -196,7 +212,7 @@ class MainWindow(QMainWindow):
 
     # ---- the model's layers and defaults -----------------------------------------------------------
     def show_model(self, model_path: str) -> bool:
-        """Set the controls from the model file's header (milliseconds, app/model_header.py): its layers,
+        """Set the controls from the model file's header (milliseconds, backend/model_file.py): its layers,
         and the user's saved split and tail where they fit it, else the model's defaults
         (backend/ridgefill/defaults.py, the one home of defaults; the engine reports the same)."""
         from backend.model_file import embedded_model_path
@@ -252,16 +268,9 @@ class MainWindow(QMainWindow):
         self.engine_label.setText("Engine stopped: " + message)
         QMessageBox.warning(self, "Engine", message)
 
-    def engine_settings(self) -> EngineSettings:
-        from backend.model_file import embedded_model_path
-
-        s = self.settings
-        return EngineSettings(model_path=s.model_path or str(embedded_model_path()), n_ctx=s.n_ctx,
-                              n_threads=s.threads or None)
-
     def restart_engine(self, settings: EngineSettings | None = None) -> None:
         self.engine_label.setText("Restarting the engine…")
-        self.service.restart(settings or self.engine_settings())
+        self.service.restart(settings or self.settings.engine_settings())
 
     @Slot()
     def choose_model(self) -> None:
@@ -288,7 +297,7 @@ class MainWindow(QMainWindow):
         if dlg.exec():
             restart = dlg.apply()
             self.settings.save()
-            self.settings.apply_environment()
+            self.settings.use_cache_location()
             self.generation.reload()  # the new default answer length
             self.generation.max_tokens_box.setValue(self.settings.max_tokens)  # this model's too: the latest word wins
             if restart:

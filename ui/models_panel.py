@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import TaskHandle
 from app.job_runner import JobContext
-from app.paths import cache_dir, data_dir
 from backend.errors import Cancelled
 from backend.hub import catalogue as cat
 from backend.hub import maps_hub
@@ -37,17 +36,19 @@ from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
 from ui.background import BackgroundJobs
 
-USER_MODELS = "user_models.json"  # the same file as `python -m app models --add`
-
-
 def _size(b: int | None) -> str:
     return "?" if not b else (f"{b / 1e9:.2f} GB" if b >= 1e9 else f"{b / 1e6:.0f} MB")
+
+
+def _context(n: int | None) -> str:
+    """A context length as people write it: 8K, 32K, 128K tokens."""
+    return "?" if not n else (f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}")
 
 
 # ---- the work, run in background jobs (no widgets) -----------------------------------------------
 def read_catalogue(hs: HubSettings) -> tuple[list[cat.ModelEntry], list[dict]]:
     """The catalogue and, per entry, what is installed and whether it fits (backend.hub.status)."""
-    entries = cat.load_catalogue(data_dir() / USER_MODELS)
+    entries = cat.load_catalogue(cat.user_models_file())
     return entries, model_rows(entries, hs)
 
 
@@ -118,8 +119,8 @@ class ModelsPanel(QWidget):
         self._refresh_task: TaskHandle | None = None
         self._maps_task: TaskHandle | None = None
 
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "State", "Fits this machine"])
+        self.table = QTableWidget(0, 7)
+        self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "Context", "State", "Fits this machine"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
@@ -162,9 +163,7 @@ class ModelsPanel(QWidget):
         self.refresh()
 
     def hub_settings(self) -> HubSettings:
-        s = self.settings
-        return HubSettings(cache_root=Path(s.cache_location) if s.cache_location else cache_dir(),
-                           endpoint=s.hub_endpoint or None, token=s.hub_token or None)
+        return self.settings.hub_settings()
 
     # ---- catalogue -------------------------------------------------------------------------------
     @Slot(object)
@@ -204,7 +203,8 @@ class ModelsPanel(QWidget):
         self.table.setRowCount(len(entries))
         for r, (e, row) in enumerate(zip(entries, rows)):
             fit = "" if row["path"] else row["fit"]
-            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), _state(e, row), fit]):
+            for c, text in enumerate([e.name, e.architecture, e.quantization, _size(e.size_bytes), _context(e.context_length),
+                                      _state(e, row), fit]):
                 item = QTableWidgetItem(text)
                 item.setToolTip(e.notes or text)
                 self.table.setItem(r, c, item)
@@ -325,7 +325,7 @@ class ModelsPanel(QWidget):
         hs = self.hub_settings()
 
         def work(ctx):
-            cat.add_local(path, data_dir() / USER_MODELS)  # reads the GGUF; ModelFileError says what is wrong
+            cat.add_local(path, cat.user_models_file())  # reads the GGUF; ModelFileError says what is wrong
             return read_catalogue(hs)
 
         def added(catalogue) -> None:

@@ -69,9 +69,9 @@ class SettingsDialog(QDialog):
             self.cache.setText(d)
 
     def apply(self) -> bool:
-        """Copy the fields into the settings; True when the engine must restart: the engine process reads
-        threads and context size when it starts, and the hub and cache settings (maps, tuned splits,
-        activations) from the environment it was started with."""
+        """Copy the fields into the settings; True when the engine must restart: the engine process takes
+        threads, context size and the cache location (maps, tuned splits, activations) when it starts
+        (Settings.engine_settings); a hub change restarts it too, so no task on the old hub goes on."""
         s = self.settings
         before = (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location)
         s.threads, s.n_ctx, s.max_tokens = self.threads.value(), self.ctx.value(), self.max_tokens.value()

@@ -1,6 +1,8 @@
-"""What several commands share: opening the engine, printing timings, progress on stderr."""
+"""What several commands share: opening the engine, comma-separated list arguments, printing timings,
+progress on stderr."""
 from __future__ import annotations
 
+import argparse
 import sys
 
 from backend.engine import Engine, EngineConfig
@@ -17,6 +19,27 @@ def open_engine(args) -> Engine:
     if args.threads:
         cfg.n_threads = args.threads
     return Engine(cfg)
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if any(not 0.0 <= d <= 1.0 for d in out):
+        raise argparse.ArgumentTypeError("depths are shares of the haystack, between 0 and 1")
+    return out
+
+
+def str_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def stderr_progress(label: str = "prefill"):

@@ -4,10 +4,10 @@ to first token."""
 from __future__ import annotations
 
 from app.commands.common import format_timings, open_engine, stderr_progress
+from backend.answers import answers_agree
 from backend.completion import complete
 from backend.demo import DEMO_ANSWER, DEMO_QUESTION, demo_document
 from backend.documents import document_messages
-from backend.evals.compare import answers_agree
 from backend.protocol import CompletionRequest
 from backend.ridgefill.defaults import DEFAULT_MODE
 
@@ -27,7 +27,7 @@ def run(args) -> int:
     print(f"Question: {DEMO_QUESTION}\n")
     messages = document_messages(doc.text, DEMO_QUESTION)
     # RidgeFill's one-time set-up (graph layout probe, late-layer K/V weights) is paid here, not in a TTFT.
-    from backend.ridgefill.setup import warm_up
+    from backend.ridgefill.runtime import warm_up
 
     warm_up(engine)
     results = {}

@@ -25,13 +25,13 @@ def run(args) -> int:
     from backend.hub.get_maps import get_maps
     from backend.hub.maps_hub import download_maps
     from backend.model_file import read_model_info
-    from backend.ridgefill.defaults import default_split
+    from backend.ridgefill.defaults import split_or_default
 
     settings, entry, path = chosen_model(args)
     if path is None:
         raise HubError(f"{entry.id} is not installed; maps are checked against the model. "
                        f"Run `python -m app download {entry.id}` first.")
-    split = args.split if args.split is not None else default_split(read_model_info(path))
+    split = split_or_default(read_model_info(path), args.split)
     printer = progress_printer(f"maps {entry.id}")
     if not args.fit_if_missing:  # the published set or a clear refusal that says how to fit one
         job = DownloadJob(f"maps {entry.id} split {split}", on_event=printer)

@@ -35,8 +35,8 @@ def run(args) -> int:
     from app.commands.common import say_note, stage_printer
     from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.model_file import read_model_info
-    from backend.ridgefill import calibration
-    from backend.ridgefill.defaults import default_split
+    from backend.ridgefill.activation_store import load_activations
+    from backend.ridgefill.defaults import split_or_default
     from backend.ridgefill.maps import load_maps
 
     path = model_path(args)
@@ -44,14 +44,14 @@ def run(args) -> int:
     if args.all_splits:
         splits = list(range(1, info.n_layer - 1))
     else:
-        splits = [args.split if args.split is not None else default_split(info)]
+        splits = [split_or_default(info, args.split)]
     bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
     if bad:
         print(f"error: a split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}",
               file=sys.stderr)
         return 2
     if (args.stride or args.seq_tokens or args.capture_tokens) and not args.recapture \
-            and calibration.load_activations(path) is not None:
+            and load_activations(path) is not None:
         print("note: activations are cached; --stride/--seq-tokens/--capture-tokens apply with --recapture",
               file=sys.stderr)
     capture = CaptureOptions(max_tokens=args.capture_tokens, seq_tokens=args.seq_tokens, stride=args.stride,

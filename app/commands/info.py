@@ -5,8 +5,8 @@ import json
 import os
 
 from app.commands.common import model_path
-from app.paths import cache_dir, data_dir, log_dir
 from backend.model_file import read_model_info
+from backend.user_paths import cache_dir, data_dir, log_dir
 
 
 def register(sub) -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from app.commands.download import add_hub_options, catalogue, hub_settings, user_models_file
-from backend.hub.catalogue import add_hub, add_local
+from app.commands.download import add_hub_options, catalogue, hub_settings
+from backend.hub.catalogue import add_hub, add_local, user_models_file
 from backend.hub.status import model_rows
 
 
@@ -37,14 +37,15 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'MODEL':<32} {'ARCH':<7} {'QUANT':<7} {'SIZE':>9}  {'STATE':<22} {'RAM':<5} LICENCE")
+    print(f"{'MODEL':<32} {'ARCH':<7} {'QUANT':<7} {'SIZE':>9} {'CONTEXT':>7}  {'STATE':<22} {'RAM':<5} LICENCE")
     for r in rows:
         size = f"{r['size_mb']:,.0f} MB" if r["size_mb"] else "?"
         state = r["state"] + (" (embedded)" if r["embedded"] else "")
         if r["fits_disk"] is False:
             state += ", disk too small"
+        ctx = f"{r['context_length'] // 1024}K" if r.get("context_length") else "?"
         ram = {True: "fits", False: "tight", None: "?"}[r["fits_ram"]]
-        print(f"{r['id']:<32} {r['architecture']:<7} {r['quantization']:<7} {size:>9}  {state:<22} {ram:<5} {r['licence']}")
+        print(f"{r['id']:<32} {r['architecture']:<7} {r['quantization']:<7} {size:>9} {ctx:>7}  {state:<22} {ram:<5} {r['licence']}")
     if settings.offline:
         print("\noffline: only installed models can be used; the others need the network.")
     print("\nDownload one: python -m app download MODEL    Maps: python -m app maps MODEL")

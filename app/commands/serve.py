@@ -49,6 +49,9 @@ def run(args) -> int:
     from app.server.schema import Defaults
 
     check_bind(args.host, args.api_key)  # before minutes of loading, not after
+    # SIGTERM (a service manager's stop) takes Ctrl-C's path: uvicorn finishes its shutdown and raises the
+    # signal again, which then arrives as KeyboardInterrupt, so the gateway below closes the engine child.
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Ctrl-C in the terminal reaches the whole process group: the engine child ignores it (the disposition
     # is inherited) and stops when the server, having finished its shutdown, closes the gateway.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -73,4 +76,5 @@ def run(args) -> int:
         server.serve_forever()
     finally:
         gateway.close()
+        signal.signal(signal.SIGTERM, previous_term)
     return 0

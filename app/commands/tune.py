@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from app.commands.common import open_engine, say_note, stage_printer
-from app.commands.evals_common import float_list, int_list, str_list
+from app.commands.common import float_list, int_list, open_engine, say_note, stage_printer, str_list
 
 
 def register(sub) -> None:
@@ -67,10 +66,10 @@ def tune_text(r) -> str:
     from backend.ridgefill.tuned import summary
 
     rows = [[c.split, f"{c.bulk_correct}/{c.n}", f"{c.exact_correct}/{c.n}",
-             f"{c.ratio:.2f}x" if c.ratio else "-", "yes" if c.keeps else "no", c.maps] for c in r.candidates]
+             f"{c.ratio:.2f}x" if c.ratio else "-", "yes" if c.keeps else "no", c.maps, c.refused] for c in r.candidates]
     lines = [f"{r.model}: mode {r.mode}, tail {r.tail}, {r.n} bulk-needle items at {r.length} tokens, "
              f"TTFT ratio at {r.ttft_length} tokens, {r.seconds:.0f} s",
-             table(["S", "RidgeFill", "exact", "TTFT ratio", "keeps recall", "maps"], rows)]
+             table(["S", "RidgeFill", "exact", "TTFT ratio", "keeps recall", "maps", "refused"], rows)]
     if r.skipped:
         lines.append(f"not measured: splits {r.skipped}")
     lines.append(f"chosen: S = {r.split} ({r.chosen_by})")

@@ -15,11 +15,6 @@ def condition(rec: dict) -> str:
     return f"{rec['mode']} S{rec.get('split')} T{rec.get('tail')}"
 
 
-def answers_agree(a: str, b: str) -> bool:
-    """Same answer up to surrounding white space (greedy decoding makes this a fair test)."""
-    return " ".join(a.split()) == " ".join(b.split())
-
-
 def by_condition(records: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     for r in records:

@@ -8,10 +8,12 @@ Everything is seeded: the same arguments give the same items on any machine.
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 import uuid as uuid_mod
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from ..errors import RidgeFillError
 from ..protocol import ChatMessage, CompletionRequest
@@ -221,96 +223,130 @@ def build_item(engine, *, length: int, depth: float, variant: str = "single", ha
         raise NeedleError(f"depth {depth} is outside 0..1 (a share of the haystack)")
     engine.check_fits(length, 16)
     item_id = f"{haystack.name}-{variant}-L{length}-D{depth:g}-r{rep}-s{seed}"
-    rng = random.Random(item_id)  # str seeds are hashed deterministically (sha512)
+    plan = _plan_needles(random.Random(item_id), variant, depth)  # str seeds are hashed deterministically (sha512)
+    cue = None if engine.info.chat_template else ANSWER_CUE[plan.asking].format(key=plan.key)
+    frame = _Frame(engine, QUESTION[plan.asking].format(key=plan.key), cue)
+    texts = [NEEDLE[plan.kind].format(key=k, value=v) for k, v, _ in plan.needles]
 
+    overhead = len(engine.prompt_tokens(frame.asked(INTRO + "\n\n" + frame.question)[2]))
+    needle_tokens = sum(len(engine.tokenize(" " + t, add_special=False)) for t in texts)
+    budget = length - overhead - needle_tokens
+    if budget < 32:
+        raise NeedleError(f"{length} tokens is too short for a {variant} item (the frame alone takes "
+                          f"{overhead + needle_tokens}); use at least {overhead + needle_tokens + 32}")
+    hay = _token_haystack(engine, haystack, length, _hay_cache)
+    found = _cut_to_length(frame, hay, length, budget, plan.depths, texts)
+    if found is None:
+        raise NeedleError(f"could not cut the {variant} item {item_id} to exactly {length} tokens")
+    messages, text, tokens, spans = found
+
+    tok_spans = token_spans(engine, text, tokens, spans)
+    out = [Needle(k, v, s, e, asked) for (k, v, asked), (s, e) in zip(plan.needles, tok_spans)]
+    return NeedleItem(id=item_id, variant=variant, length=length, depth=depth, haystack=haystack.name,
+                      seed=seed, rep=rep, key=plan.key, answers=plan.answers, needles=out, messages=messages,
+                      max_tokens=plan.max_tokens, prompt=text if cue is not None else None)
+
+
+@dataclass
+class _NeedlePlan:
+    """What an item hides and asks, drawn from its seeded generator."""
+    kind: str  # the values: "number" or "uuid"
+    asking: str  # the QUESTION / ANSWER_CUE wording
+    key: str  # the asked key
+    needles: list[tuple[str, str, bool]]  # (key, value, asked), in the order they are placed
+    depths: list[float]  # each needle's depth in the haystack
+    answers: list[str]
+    max_tokens: int
+
+
+def _plan_needles(rng: random.Random, variant: str, depth: float) -> _NeedlePlan:
+    """The variant's needles; the draws from `rng` come in a fixed order, so an item id gives one plan."""
     kind = "uuid" if variant == "uuid" else "number"
     if variant == "multikey":
         keys = rng.sample(KEYS, MULTIKEY_N)
         values = _values(rng, kind, MULTIKEY_N)
         needles = [(keys[i], values[i], i == 0) for i in range(MULTIKEY_N)]
         depths = [depth] + [rng.random() for _ in range(MULTIKEY_N - 1)]
-        asking, answers, max_tokens = "number", [values[0]], 24
-    elif variant == "multivalue":
+        return _NeedlePlan(kind, "number", keys[0], needles, depths, [values[0]], 24)
+    if variant == "multivalue":
         key = rng.choice(KEYS)
         values = _values(rng, kind, MULTIVALUE_N)
-        needles = [(key, v, True) for v in values]
         # the first value at `depth`, the others close after it (same region unless near the boundary)
         depths = [depth] + [min(1.0, depth + 0.02 * (i + 1) + 0.01 * rng.random()) for i in range(MULTIVALUE_N - 1)]
-        asking, answers, max_tokens = "numbers", values, 16 * MULTIVALUE_N
-        keys = [key]
-    else:
-        keys = [rng.choice(KEYS)]
-        values = _values(rng, kind, 1)
-        needles = [(keys[0], values[0], True)]
-        depths = [depth]
-        asking, answers = kind, values
-        max_tokens = 56 if kind == "uuid" else 24
-    question = QUESTION[asking].format(key=keys[0])
-    cue = None if engine.info.chat_template else ANSWER_CUE[asking].format(key=keys[0])
-    texts = [NEEDLE[kind].format(key=k, value=v) for k, v, _ in needles]
+        return _NeedlePlan(kind, "numbers", key, [(key, v, True) for v in values], depths, values, 16 * MULTIVALUE_N)
+    key = rng.choice(KEYS)
+    values = _values(rng, kind, 1)
+    return _NeedlePlan(kind, kind, key, [(key, values[0], True)], [depth], values, 56 if kind == "uuid" else 24)
 
-    def asked(content: str) -> tuple[list[ChatMessage], str, CompletionRequest]:
-        """The user message, the prompt text and its request: the chat template, or for a base model a
-        plain prompt ending in the answer cue."""
+
+@dataclass
+class _Frame:
+    """How an item's content becomes its prompt: the chat template, or for a base model (`cue` given) a
+    plain prompt ending in the answer cue."""
+    engine: object
+    question: str
+    cue: str | None
+
+    def asked(self, content: str) -> tuple[list[ChatMessage], str, CompletionRequest]:
+        """The user message, the prompt text and its request."""
         messages = [ChatMessage("user", content)]
-        if cue is None:
-            return messages, engine.format_chat(messages), CompletionRequest(messages=messages)
-        text = content + "\n\n" + cue
+        if self.cue is None:
+            return messages, self.engine.format_chat(messages), CompletionRequest(messages=messages)
+        text = content + "\n\n" + self.cue
         return messages, text, CompletionRequest(prompt=text)
 
-    def prompt_of(start: int, end: int, placed) -> tuple[list[ChatMessage], str, list[int], list[tuple[int, int]]]:
+    def prompt(self, hay: _TokenHaystack, start: int, end: int,
+               placed) -> tuple[list[ChatMessage], str, list[int], list[tuple[int, int]]]:
+        """The prompt of haystack window [start, end) with the needles `placed`: its messages, text,
+        tokens and each needle's character span in the text."""
         content, spans = _content(hay, start, end, placed)
-        content = content + "\n\n" + question
-        messages, text, req = asked(content)
+        content = content + "\n\n" + self.question
+        messages, text, req = self.asked(content)
         base = text.index(content)
-        return messages, text, engine.prompt_tokens(req), [(s + base, e + base) for s, e in spans]
+        return messages, text, self.engine.prompt_tokens(req), [(s + base, e + base) for s, e in spans]
 
-    overhead = len(engine.prompt_tokens(asked(INTRO + "\n\n" + question)[2]))
-    needle_tokens = sum(len(engine.tokenize(" " + t, add_special=False)) for t in texts)
-    budget = length - overhead - needle_tokens
-    if budget < 32:
-        raise NeedleError(f"{length} tokens is too short for a {variant} item (the frame alone takes "
-                          f"{overhead + needle_tokens}); use at least {overhead + needle_tokens + 32}")
-    cache = _hay_cache if _hay_cache is not None else {}
+    def n_tokens(self, hay: _TokenHaystack, start: int, placed, end: int) -> int:
+        return len(self.prompt(hay, start, end, placed)[2])
+
+
+def _token_haystack(engine, haystack: Haystack, length: int, cache: dict | None) -> _TokenHaystack:
+    """The tokenized haystack from `cache` (by name), made anew when missing or too short for `length`."""
+    cache = cache if cache is not None else {}
     hay = cache.get(haystack.name)
     if hay is None or len(hay.tokens) < 2 * length:  # room for the window to start later
         hay = cache[haystack.name] = _TokenHaystack(engine, haystack, 2 * length)
+    return hay
 
-    # The haystack is a window [start, start + budget) of the cycled text, needles at the sentence ends
-    # nearest their depths. Token counts of pieces do not add up exactly (merges at the joins, runs of
-    # newlines), so the window's end moves until the prompt is exactly `length` tokens; where that end
-    # cannot hit it (a paragraph break costs several tokens at once), the window starts one sentence later.
-    found = None
+
+def _cut_to_length(frame: _Frame, hay: _TokenHaystack, length: int, budget: int, depths: list[float],
+                   texts: list[str]):
+    """The prompt (as `_Frame.prompt`) of exactly `length` tokens, or None.
+
+    The haystack is a window [start, start + budget) of the cycled text, needles at the sentence ends
+    nearest their depths. Token counts of pieces do not add up exactly (merges at the joins, runs of
+    newlines), so the window's end moves until the prompt is exactly `length` tokens; where that end
+    cannot hit it (a paragraph break costs several tokens at once), the window starts one sentence later."""
     for start in hay.points[:12]:
         placed = [(hay.point_near(start + d * budget, start + budget), t) for d, t in zip(depths, texts)]
-        counts: dict[int, int] = {}
-
-        def count(end: int) -> int:
-            if end not in counts:
-                counts[end] = len(prompt_of(start, end, placed)[2])
-            return counts[end]
-
-        end = start + budget
-        for _ in range(8):
-            n = count(end)
-            if n == length:
-                break
-            end = max(start + 1, end + length - n)
-        if count(end) != length:
-            end = next((e for e in sorted(range(end - 8, end + 9), key=lambda e: abs(e - end))
-                        if e > start and count(e) == length), None)
+        count = functools.cache(functools.partial(frame.n_tokens, hay, start, placed))
+        end = _end_at_length(count, start, start + budget, length)
         if end is not None:
-            found = prompt_of(start, end, placed)
-            break
-    if found is None:
-        raise NeedleError(f"could not cut the {variant} item {item_id} to exactly {length} tokens")
-    messages, text, tokens, spans = found
+            return frame.prompt(hay, start, end, placed)
+    return None
 
-    tok_spans = token_spans(engine, text, tokens, spans)
-    out = [Needle(k, v, s, e, asked) for (k, v, asked), (s, e) in zip(needles, tok_spans)]
-    return NeedleItem(id=item_id, variant=variant, length=length, depth=depth, haystack=haystack.name,
-                      seed=seed, rep=rep, key=keys[0], answers=answers, needles=out, messages=messages,
-                      max_tokens=max_tokens, prompt=text if cue is not None else None)
+
+def _end_at_length(count: Callable[[int], int], start: int, end: int, length: int) -> int | None:
+    """A window end whose prompt `count`s exactly `length` tokens: a few steps by the miss from `end`,
+    then the nearest within 8 tokens of where they stopped; None when there is none."""
+    for _ in range(8):
+        n = count(end)
+        if n == length:
+            break
+        end = max(start + 1, end + length - n)
+    if count(end) != length:
+        end = next((e for e in sorted(range(end - 8, end + 9), key=lambda e: abs(e - end))
+                    if e > start and count(e) == length), None)
+    return end
 
 
 def make_items(engine, *, lengths: list[int], depths: list[float], variants: list[str], haystack: Haystack,

@@ -24,7 +24,7 @@ from ..ridgefill.guided import (NEWLINE_RULES, GuidedParams, combined, contrast_
                                probe_streams, select, sentence_ends)
 from ..ridgefill.injection import bulk_pass, one_torch_thread
 from ..ridgefill.plan import RidgeFillPlan
-from ..ridgefill.setup import ridgefill_setup
+from ..ridgefill.runtime import runtime
 from .needles import NeedleItem
 
 
@@ -72,12 +72,12 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
     need = needed_rows(engine, tokens, item)
     if max(need) >= bulk_end:
         return {"id": item.id, "bulk": False}
-    setup = ridgefill_setup(engine)
-    engine.truncate_cache(0)
+    setup = runtime(engine)
+    engine.truncate_cache(0)  # the bulk pass writes from position 0 of an empty context
     # the bulk pass stops above the highest scoring layer: what is below is all scoring reads
     cut = min(split, max(il for ls in grid.layer_sets for il in ls) + 1)
     plan = RidgeFillPlan("guided", cut, tail, tag="hit-rate", write_late=False)
-    with one_torch_thread():
+    with engine.scratch(), one_torch_thread():
         bulk_pass(engine, plan, tokens, 0, bulk_end, None)
         candidates = list(range(bulk_end))
         pieces = [engine.token_text(t) for t in tokens[:bulk_end]]
@@ -116,7 +116,6 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
                         chosen = {q for r in runs for q in range(r.start, r.end)}
                         key = config_key(w, ls, head, norm, pool, fwd, peaks, contrast) + (f"+own{also}" if also else "")
                         hits[key] = {"hit": all(q in chosen for q in need), "rows": len(chosen)}
-    engine.truncate_cache(0)
     return {"id": item.id, "bulk": True, "length": item.length, "depth": item.depth, "variant": item.variant,
             "haystack": item.haystack, "needle_pos": item.needle_pos, "bulk_end": bulk_end, "hits": hits,
             "best_rank": ranks}

@@ -32,7 +32,7 @@ class TtftRow:
 def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int | None, mode: str = "speed",
                    repeats: int = 3, on_progress: Callable[[str], None] | None = None,
                    cancel: Callable[[], bool] | None = None) -> list[TtftRow]:
-    from ..ridgefill.setup import warm_up
+    from ..ridgefill.runtime import warm_up
 
     warm_up(engine, split)  # RidgeFill's one-time set-up (layout probe, weights, maps) stays out of the timings
     hay, cache = corpus_haystack(), {}

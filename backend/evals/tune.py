@@ -10,16 +10,13 @@ for each candidate split S in ascending order:
   one shared by every candidate: a ratio to read to one decimal).
 **Keeps recall** (the decision rule): at most tolerance(n) = 1 + n // 24 items *lost* (right exact,
 wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell apart). A
-gain elsewhere does not pay for a loss: on SmolLM2 at S = 9, guided gained 5 prose multikey items
-and lost 7 filler multikey ones (96 items). The rule only decides when exact itself recalls at least
-half the items; otherwise the items say nothing about the maps and the split stays the model's default
-(the candidates are still measured and shown). The lowest candidate that keeps recall is chosen and
-the search stops there (higher splits approximate fewer layers); none keeping recall keeps the
-default too, and says so.
-**Which items** (measured on SmolLM2, 96 items per split, README: Recall): at 2,048 tokens S = 12
-loses 5 of 48 items to exact (and wins 5) and S = 9 loses 7, so 2K items hardly tell them apart; at
-4,096 tokens S = 12 loses none of 48 and S = 9 loses 9 (filler multikey 5 of 8). So the default items
-are 12 at 4,096 tokens: both haystacks, single and multikey, three depths.
+gain elsewhere does not pay for a loss (docs/MEASUREMENTS.md#tunes-items). The rule only decides when
+exact itself recalls at least half the items; otherwise the items say nothing about the maps and the
+split stays the model's default (the candidates are still measured and shown). The lowest candidate
+that keeps recall is chosen and the search stops there (higher splits approximate fewer layers); none
+keeping recall keeps the default too, and says so.
+**Which items**: 12 at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
+items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items).
 The budget bounds the measuring time: a candidate is not started when the time spent plus its
 estimate (the slowest candidate so far; before any, the exact items' time) would pass it.
 """
@@ -35,7 +32,7 @@ from typing import Callable
 from ..completion import complete
 from ..errors import Cancelled, RidgeFillError
 from .haystacks import corpus_haystack, load_haystack
-from .needles import build_item, make_items
+from .needles import NeedleItem, build_item, make_items
 from .recall import effective_tail, run_recall
 
 log = logging.getLogger(__name__)
@@ -49,8 +46,10 @@ DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks 
 # exact, S = 9 and S = 12 fit in 12 minutes.
 DEFAULT_BUDGET_S = 720.0
 SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
+MIN_GAIN = 1.05  # a candidate must be at least this much faster than exact: below it, nothing is won
 RULE = ("keeps recall: at most 1 + n // 24 items lost (right exact, wrong at the split), decided only when "
-        "exact recalls at least half the items; the lowest candidate that keeps recall is chosen")
+        "exact recalls at least half the items; the lowest candidate that keeps recall is chosen; a candidate "
+        f"whose requests ran exact, or less than {MIN_GAIN}x faster than exact, is refused")
 
 
 def tolerance(n: int) -> int:
@@ -87,10 +86,24 @@ class Candidate:
     maps: str = ""  # how the maps were had: cached | downloaded | fitted
     seconds: float = 0.0
     lost: int = 0  # items right exact and wrong at this split
+    refused: str = ""  # why this candidate can never be chosen, whatever its recall ("" when it can)
 
     def brief(self) -> dict:
         return {"split": self.split, "bulk_correct": self.bulk_correct, "exact_correct": self.exact_correct,
-                "n": self.n, "lost": self.lost, "ratio": self.ratio}
+                "n": self.n, "lost": self.lost, "ratio": self.ratio, **({"refused": self.refused} if self.refused else {})}
+
+
+def refusal(mode: str, recall_rows: list[dict], ttft_timings, ratio: float | None) -> str:
+    """Why a measured candidate must not be chosen: its requests ran another mode than `mode` (exact,
+    or speed for guided), or it is no faster than exact. "" when it may be chosen."""
+    ran = [r.get("mode_run") for r in recall_rows] + [ttft_timings.mode]
+    if any(m != mode for m in ran):
+        other = next(m for m in ran if m != mode)
+        note = next((r.get("note") for r in recall_rows if r.get("note")), "") or ttft_timings.note
+        return f"its requests ran {other}, not {mode}" + (f" ({note})" if note else "")
+    if ratio is None or ratio < MIN_GAIN:
+        return f"it gains nothing: TTFT ratio {ratio if ratio is not None else '-'}x (needs {MIN_GAIN}x)"
+    return ""
 
 
 @dataclass
@@ -149,108 +162,170 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
 
     `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
     `settings` (HubSettings) says where the maps go. Raises Cancelled between items."""
-    from ..hub.get_maps import get_maps
     from ..ridgefill import defaults, tuned
-    from ..ridgefill.setup import warm_up
+    from ..ridgefill.runtime import runtime
 
     t_start = time.perf_counter()
     info = engine.info
-    default = defaults.default_split(info, tuned=False)
+    default = defaults.default_split(info, tuned=False)  # the measured default, never an earlier tune's
     mode = mode or defaults.default_mode(info)
-    tail = tail or defaults.default_tail(info)
-    splits = sorted(set(splits)) if splits else candidate_splits(info.n_layer, default)
-    bad = [s for s in splits if not 1 <= s <= info.n_layer - 2]
-    if bad:
-        raise RidgeFillError(f"A split must lie in 1..{info.n_layer - 2} for this {info.n_layer}-layer model, not {bad[0]}.")
+    tail = defaults.tail_or_default(info, tail)
+    splits = _checked_splits(splits, info, default, runtime(engine).min_split)
     ttft_length = min(ttft_length, engine.n_ctx - 32)
     length = min(length, engine.n_ctx - 64)
-    note = on_note or (lambda text: log.info("tune: %s", text))
+    items = _bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
+    run = _TuneRun(engine, items, mode, tail, settings, capture, cancel, on_progress,
+                   on_note or (lambda text: log.info("tune: %s", text)))
+    run.note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {run.n} bulk-needle items at {length} "
+             f"tokens, TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
+    with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
+        run.out = Path(tmp) / "tune.jsonl"
+        run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is timed
+        t_measure = time.perf_counter()
+        exact = run.measure_exact(ttft_length)
+        candidates, skipped = run.measure_candidates(splits, exact, budget_s, t_measure)
+    split, why = choose(candidates, default, exact.correct, run.n)
+    result = TuneResult(info.name, split, tail, mode, candidates, why, run.n, exact.correct, length, ttft_length,
+                        round(exact.ttft_ms, 1), round(time.perf_counter() - t_start, 1), budget_s, skipped)
+    if record:
+        result.record_path = str(tuned.write_tuned(info, result.record()))
+    run.note(f"chosen: S = {split} ({why})")
+    return result
 
-    def progress(stage: str, done: int, total: int) -> None:
-        if on_progress is not None:
-            on_progress(stage, done, total)
 
-    hay = corpus_haystack()
-    cache: dict = {}
+def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1) -> list[int]:
+    """The candidates asked for (sorted, once each), else the standard ones from `floor` on (the lowest
+    split RidgeFill can run at: runtime.min_split); each must leave layers to map."""
+    splits = sorted(set(splits)) if splits else [s for s in candidate_splits(info.n_layer, default) if s >= floor]
+    lo = max(1, floor)
+    bad = [s for s in splits if not lo <= s <= info.n_layer - 2]
+    if bad:
+        why = f" (below {lo} the bulk pass cannot see a late layer's cache cells)" if lo > 1 else ""
+        raise RidgeFillError(f"A split must lie in {lo}..{info.n_layer - 2} for this {info.n_layer}-layer "
+                             f"model{why}, not {bad[0]}.")
+    return splits
+
+
+def _bulk_items(engine, length: int, depths, variants, haystacks, tail: int,
+                max_answer_tokens: int | None) -> list[NeedleItem]:
+    """The needle items of every haystack whose asked needle lies in the approximated bulk at `tail`."""
     items = [it for name in haystacks for it in make_items(engine, lengths=[length], depths=list(depths),
                                                             variants=list(variants), haystack=load_haystack(name))]
     bulk_tail = effective_tail(engine, length, tail)
     items = [it for it in items if it.region(bulk_tail) == "bulk"]
     for it in items if max_answer_tokens else ():  # tests: a 7-digit answer needs only a few tokens
         it.max_tokens = min(it.max_tokens, max_answer_tokens)
-    n = len(items)
-    if n == 0:
+    if not items:
         raise RidgeFillError(f"no needle item lies in the approximated bulk at {length} tokens with tail {tail}; "
                              "give a longer --length.")
-    note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {n} bulk-needle items at {length} tokens, "
-         f"TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
+    return items
 
-    with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
-        out = Path(tmp) / "tune.jsonl"
-        # The first candidate's maps first: a capture (once per model) happens before anything is timed.
-        first = get_maps(info.path, splits[0], settings, download=False, engine=engine, capture=capture,
-                         on_progress=progress, on_note=note, cancel=cancel)
-        engine.truncate_cache(0)
-        maps_how = {splits[0]: first.how}
-        t_measure = time.perf_counter()
+
+@dataclass
+class _Exact:
+    """The exact model's side, measured once and compared with every candidate."""
+    correct: int
+    right: set[str]  # ids of the items exact answered right
+    ttft_ms: float
+    ttft_item: NeedleItem  # the prompt every TTFT ratio is timed on
+    estimate_s: float  # what a candidate takes at most, until one is measured
+
+
+@dataclass
+class _TuneRun:
+    """What the steps of one tune share: the engine, the items, the mode and tail measured, the callbacks,
+    the results file and how each split's maps were had."""
+    engine: object
+    items: list[NeedleItem]
+    mode: str
+    tail: int
+    settings: object
+    capture: object
+    cancel: Callable[[], bool] | None
+    on_progress: Callable[[str, int, int], None] | None
+    note: Callable[[str], None]
+    out: Path | None = None  # the run's recall lines (a temporary file)
+    maps_how: dict[int, str] = field(default_factory=dict)  # split -> cached | downloaded | fitted
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(stage, done, total)
+
+    def fetch_maps(self, split: int) -> None:
+        from ..hub.get_maps import get_maps
+
+        with self.engine.scratch():  # a capture fills the context
+            self.maps_how[split] = get_maps(self.engine.info.path, split, self.settings, download=False,
+                                            engine=self.engine, capture=self.capture, on_progress=self.progress,
+                                            on_note=self.note, cancel=self.cancel).how
+
+    def measure_exact(self, ttft_length: int) -> _Exact:
+        engine, n = self.engine, self.n
+        hay, hay_cache = corpus_haystack(), {}
         # One short exact request: the first decode of a context pays one-off set-up costs.
-        complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=cache).request("off"),
-                 cancel=cancel)
+        complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=hay_cache).request("off"),
+                 cancel=self.cancel)
         t0 = time.perf_counter()
-        exact = run_recall(engine, items, ["off"], None, tail, out, cancel=cancel,
-                           on_progress=lambda p: progress("exact recall", p.done, p.total))
-        exact_items_s = time.perf_counter() - t0
-        exact_correct = sum(bool(r["correct"]) for r in exact)
-        exact_right = {r["id"] for r in exact if r["correct"]}
-        ttft_item = build_item(engine, length=ttft_length, depth=0.5, haystack=hay, _hay_cache=cache)
-        progress("exact TTFT", 0, 1)
-        exact_ttft = _ttft(engine, ttft_item, "off", None, tail, cancel)
-        progress("exact TTFT", 1, 1)
-        note(f"exact: {exact_correct}/{n} bulk needles, TTFT {exact_ttft.ttft_ms / 1000:.1f} s at {ttft_length} tokens")
-        if not informative(exact_correct, n):
-            note(f"exact recalls only {exact_correct}/{n}: the items cannot judge the maps")
-        estimate = exact_items_s + exact_ttft.ttft_ms / 1000 + 5.0  # until one is measured: at most about this
+        rows = run_recall(engine, self.items, ["off"], None, self.tail, self.out, cancel=self.cancel,
+                          on_progress=lambda p: self.progress("exact recall", p.done, p.total))
+        items_s = time.perf_counter() - t0
+        correct = sum(bool(r["correct"]) for r in rows)
+        ttft_item = build_item(engine, length=ttft_length, depth=0.5, haystack=hay, _hay_cache=hay_cache)
+        self.progress("exact TTFT", 0, 1)
+        ttft = _ttft(engine, ttft_item, "off", None, self.tail, self.cancel)
+        self.progress("exact TTFT", 1, 1)
+        self.note(f"exact: {correct}/{n} bulk needles, TTFT {ttft.ttft_ms / 1000:.1f} s at {ttft_length} tokens")
+        if not informative(correct, n):
+            self.note(f"exact recalls only {correct}/{n}: the items cannot judge the maps")
+        return _Exact(correct, {r["id"] for r in rows if r["correct"]}, ttft.ttft_ms, ttft_item,
+                      estimate_s=items_s + ttft.ttft_ms / 1000 + 5.0)
 
+    def measure_candidates(self, splits: list[int], exact: _Exact, budget_s: float,
+                           t_measure: float) -> tuple[list[Candidate], list[int]]:
+        """(measured, skipped): in ascending order until one keeps recall or the budget would be passed."""
         candidates: list[Candidate] = []
-        skipped: list[int] = []
+        estimate = exact.estimate_s
         for i, s in enumerate(splits):
             spent = time.perf_counter() - t_measure
             if i > 0 and spent + estimate > budget_s:
-                skipped = splits[i:]
-                note(f"budget: {spent:.0f} s spent, a candidate takes about {estimate:.0f} s: "
-                     f"splits {skipped} not measured")
-                break
-            tc = time.perf_counter()
-            if s not in maps_how:
-                maps_how[s] = get_maps(info.path, s, settings, download=False, engine=engine, capture=capture,
-                                       on_progress=progress, on_note=note, cancel=cancel).how
-                engine.truncate_cache(0)
-            warm_up(engine, s)  # maps and weights loaded outside the timings
-            engine.truncate_cache(0)
-            rec = run_recall(engine, items, [mode], s, tail, out, cancel=cancel,
-                             on_progress=lambda p, s=s: progress(f"S={s} recall", p.done, p.total))
-            bulk_correct = sum(bool(r["correct"]) for r in rec)
-            lost = sum(1 for r in rec if r["id"] in exact_right and not r["correct"])
-            fast = _ttft(engine, ttft_item, mode, s, tail, cancel)
-            ratio = round(exact_ttft.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
-            c = Candidate(s, bulk_correct, exact_correct, n, ratio, keeps_recall(lost, exact_correct, n),
-                          ttft_ms=round(fast.ttft_ms, 1), mode_run=fast.mode, note=fast.note or "",
-                          maps=maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost)
+                self.note(f"budget: {spent:.0f} s spent, a candidate takes about {estimate:.0f} s: "
+                          f"splits {splits[i:]} not measured")
+                return candidates, splits[i:]
+            c = self.measure_candidate(s, exact)
             candidates.append(c)
-            note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact_correct}/{n}, {lost} lost), TTFT ratio "
-                 f"{ratio if ratio is not None else '-'}x, {'keeps' if c.keeps else 'loses'} recall"
-                 + (f" ({c.note})" if c.note else ""))
             estimate = max(done.seconds for done in candidates)
             if c.keeps:
-                skipped = splits[i + 1:]
-                break
-    split, why = choose(candidates, default, exact_correct, n)
-    result = TuneResult(info.name, split, tail, mode, candidates, why, n, exact_correct, length, ttft_length,
-                        round(exact_ttft.ttft_ms, 1), round(time.perf_counter() - t_start, 1), budget_s, skipped)
-    if record:
-        result.record_path = str(tuned.write_tuned(info, result.record()))
-    note(f"chosen: S = {split} ({why})")
-    return result
+                return candidates, splits[i + 1:]
+        return candidates, []
+
+    def measure_candidate(self, s: int, exact: _Exact) -> Candidate:
+        from ..ridgefill.runtime import warm_up
+
+        engine, n = self.engine, self.n
+        tc = time.perf_counter()
+        if s not in self.maps_how:
+            self.fetch_maps(s)
+        with engine.scratch():
+            warm_up(engine, s)  # maps and weights loaded outside the timings
+        rec = run_recall(engine, self.items, [self.mode], s, self.tail, self.out, cancel=self.cancel,
+                         on_progress=lambda p: self.progress(f"S={s} recall", p.done, p.total))
+        bulk_correct = sum(bool(r["correct"]) for r in rec)
+        lost = sum(1 for r in rec if r["id"] in exact.right and not r["correct"])
+        fast = _ttft(engine, exact.ttft_item, self.mode, s, self.tail, self.cancel)
+        ratio = round(exact.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
+        refused = refusal(self.mode, rec, fast, ratio)
+        c = Candidate(s, bulk_correct, exact.correct, n, ratio,
+                      keeps_recall(lost, exact.correct, n) and not refused,
+                      ttft_ms=round(fast.ttft_ms, 1), mode_run=fast.mode, note=fast.note or "",
+                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost, refused=refused)
+        verdict = f"refused: {refused}" if refused else ("keeps recall" if c.keeps else "loses recall")
+        self.note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact.correct}/{n}, {lost} lost), TTFT ratio "
+                  f"{ratio if ratio is not None else '-'}x, {verdict}")
+        return c
 
 
 def _ttft(engine, item, mode: str, split: int | None, tail: int, cancel):

@@ -33,7 +33,6 @@ from .settings import HubSettings
 
 log = logging.getLogger(__name__)
 
-USER_MODELS = "user_models.json"  # the user's catalogue additions in the data dir (`models --add`)
 LOCK_POLL_S = 0.5
 
 
@@ -65,13 +64,11 @@ class GetMapsResult:
 
 def entry_for(model_path: Path, settings: HubSettings):
     """The catalogue entry whose installed file is `model_path`, or None (a file not in the catalogue)."""
-    from backend.user_paths import data_dir
-
     from . import store
-    from .catalogue import load_catalogue
+    from .catalogue import load_catalogue, user_models_file
 
     target = Path(model_path).resolve()
-    for e in load_catalogue(data_dir() / USER_MODELS):
+    for e in load_catalogue(user_models_file()):
         p = store.model_path(e, settings)
         if p is not None and Path(p).resolve() == target:
             return e
@@ -135,8 +132,8 @@ def get_maps(model_path, split: int, settings: HubSettings | None = None, *, dow
         if on_note is not None:
             on_note(text)
 
-    # The fingerprint (read once per process and kept) says the layers: a second full GGUF read costs
-    # 18 s on a model with Gemma 3's 262K-token vocabulary.
+    # The fingerprint (read once per process and kept) says the layers: a second full GGUF read is slow on
+    # a large vocabulary (docs/MEASUREMENTS.md#full-gguf-read-on-gemma-3).
     n_layer = int(model_fingerprint(model_path)["metadata"]["block_count"])
     if not 1 <= int(split) <= n_layer - 2:
         raise RidgeFillError(f"A split must lie in 1..{n_layer - 2} for this {n_layer}-layer model, not {split}.")
@@ -199,7 +196,7 @@ def _first_sentence(text: str) -> str:
 
 def _fit(model_path: Path, split: int, settings: HubSettings, out_dir: Path, map_dtype: str,
          capture: CaptureOptions, engine, on_progress, note, cancel, disk_free, notes) -> GetMapsResult:
-    from backend.ridgefill import calibration
+    from backend.ridgefill import activation_store, calibration
     from backend.ridgefill.fingerprint import model_fingerprint
     from backend.ridgefill.fitting import fit_map_set
     from backend.ridgefill.map_store import map_folder_name
@@ -211,14 +208,14 @@ def _fit(model_path: Path, split: int, settings: HubSettings, out_dir: Path, map
         for gone in remove_stale_staging(out_dir, final_name):
             note(f"removed {gone.name}, a map folder left half-written by an interrupted fit")
         if capture.recapture:  # asked for: the whole cache of this model goes, parts included
-            folder = calibration.cache_folder(model_path)
+            folder = activation_store.cache_folder(model_path)
             if folder.is_dir():
                 shutil.rmtree(folder)
                 note("capturing the calibration activations again (--recapture)")
-        acts = calibration.load_activations(model_path)
+        acts = activation_store.load_activations(model_path)
         captured_now = acts is None
         if acts is None:
-            state = calibration.capture_state(model_path)
+            state = activation_store.capture_state(model_path)
             if state:
                 note(f"an unfinished capture of this model was found ({len(state.get('done', []))} of "
                      f"{state.get('sequences', '?')} sequences): resuming it")

@@ -2,25 +2,17 @@
 
 Split: in `speed` mode recall falls off a cliff below a model-specific layer (a per-row map cannot
 recreate what a late layer's attention brings in from other rows), so a default must come from
-measurement, never from "half the layers". Measured (speed, passkey needles in the bulk, T=512):
-- SmolLM2-135M (llama, 30 layers): S <= 17 -> 0/10, S = 18, 21, 24 -> 10/10.
-- Gemma 3 270M (gemma3, 18 layers): S = 6, 9 -> 1/10, S = 12, 14 -> 10/10. Default 12.
-`guided` mode (the default) makes the rows the question attends to exact, which moves SmolLM2's split
-down to 12: bulk-needle recall at 2K and 4K tokens, at T = 64: 28/48 against exact's 27/48 in prose
-(p = 1.0) and 71/96 against 75/96 in filler (p = 0.42; T = 128: 73/96). S = 9 lost filler items again
-with the contrast question (25/48 against 37/48 at T = 128: the answer took a rival needle's value), so
-12 it is (README: RidgeFill defaults). Gemma 3 runs guided as speed (sliding-window layers).
+measurement, never from "half the layers" (docs/MEASUREMENTS.md#recall-cliff). `guided` mode (the
+default) makes the rows the question attends to exact, which moves SmolLM2's split down to 12, not 9
+(docs/MEASUREMENTS.md#split-s--12-not-9). Gemma 3 runs guided as speed (sliding-window layers).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
-made exact, the tail can be short: T = 256 kept guided's recall (16/24 as at T = 512, same items), and
-T = 128 kept it on 96 items (66/96 against exact's 64/96; 68/96 at T = 256 with the earlier two-pass
-re-decode) while halving the tail's cost (about 1.8 s at 8,000 tokens). T = 64 (the question, its chat
-frame and a few dozen document rows) keeps it again on 144 items (README: recall) and saves another
-0.5 s at 8,000 tokens; the 2.0x target there needs it.
+made exact, the tail can be short: T = 64 (the question, its chat frame and a few dozen document rows)
+keeps guided's recall, and the 8,000-token speed target needs it (docs/MEASUREMENTS.md#exact-tail-t--64).
 Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
@@ -28,12 +20,13 @@ from __future__ import annotations
 
 import math
 
-# The RidgeFill mode the app runs when RidgeFill is on (see README: recall and TTFT of the modes).
+# The RidgeFill mode the app runs when RidgeFill is on (docs/MEASUREMENTS.md#recall-of-guided-at-the-defaults)
 DEFAULT_MODE = "guided"
 
 MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
 # guided mode makes the rows the question needs exact, so the tail can be shorter than speed's 512; 64
-# is the shortest measured (the probe's window of 32 rows must lie inside it).
+# is the shortest measured (the probe's window of 32 rows must lie inside it):
+# docs/MEASUREMENTS.md#exact-tail-t--64
 MIN_TAIL = 64
 DEFAULT_TAIL = 64
 SLIDING_WINDOW_TAIL = 512  # models with sliding-window layers (gemma3): the window itself
@@ -60,14 +53,30 @@ def default_split(info, tuned: bool = True) -> int:
     return max(1, min(info.n_layer - 1, math.ceil(2 * info.n_layer / 3)))
 
 
+# Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
+# decoded again deep in the prompt would find its window's history already evicted.
+REDECODING_MODES = ("quality", "guided")
+
+
+def has_sliding_window(info) -> bool:
+    """Whether the model has sliding-window layers (of the architectures RidgeFill knows: gemma3)."""
+    return info.architecture == "gemma3"
+
+
+def mode_that_runs(mode: str, sliding_window: bool) -> str:
+    """What runs when `mode` is asked for: a re-decoding mode runs as speed on a model with
+    sliding-window layers (backend/ridgefill/plan.py says so in the request's note)."""
+    return "speed" if sliding_window and mode in REDECODING_MODES else mode
+
+
 def default_mode(info) -> str:
-    """The mode RidgeFill runs for this model: guided, except on models with sliding-window layers
-    (gemma3), where guided runs as speed anyway (backend/ridgefill/plan.py), so speed is what is meant."""
-    return "speed" if info.architecture == "gemma3" else DEFAULT_MODE
+    """The mode RidgeFill runs for this model: guided, or what guided runs as on this model (speed on
+    gemma3), so the mode shown is the mode that runs."""
+    return mode_that_runs(DEFAULT_MODE, has_sliding_window(info))
 
 
 def default_tail(info) -> int:
-    return SLIDING_WINDOW_TAIL if info.architecture == "gemma3" else DEFAULT_TAIL
+    return SLIDING_WINDOW_TAIL if has_sliding_window(info) else DEFAULT_TAIL
 
 
 def split_or_default(info, split: int | None) -> int:

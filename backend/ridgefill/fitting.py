@@ -52,16 +52,6 @@ class _Gram:
         return self.evecs @ ((self.evecs.T @ cross) / (self.evals + alpha * self.scale).unsqueeze(1))
 
 
-def fit_ridge(x: torch.Tensor, y: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """One ridge fit on all rows: (weight (d_out, d_in) float32, bias float32, absolute λ)."""
-    x, y = x.float(), y.float()
-    mx, my = x.mean(0), y.mean(0)
-    xc, yc = x - mx, y - my
-    g = _Gram(xc)
-    w = g.weights(xc.T @ yc, alpha)
-    return w.T.contiguous(), my - mx @ w, alpha * g.scale
-
-
 def mean_cosine(pred: torch.Tensor, true: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(pred, true, dim=1).double().mean())
 

@@ -9,7 +9,7 @@ heads (retrieval heads are few), average-pooled over neighbouring rows, combined
 same scores for a question about nothing in particular are taken off (what every question looks at). The
 best rows, then a few by the question's own scores, each with a window that reaches forward to the value
 it introduces, are decoded again through every layer, each run seeing the runs before it exact
-(selected_rows.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
+(redecode.redecode_exact, chained: one llama_decode whose mask run_mask edits; the layers below the
 split are not run again: lower_skip), then the exact tail runs.
 
 Llama.cpp wants each sequence's positions consecutive, so the probe's rows sit right after the bulk
@@ -24,39 +24,36 @@ import torch
 
 from ..protocol import ChatMessage
 from .cache_layout import LayoutRefused
-from .capture import StreamTap
-from .selected_rows import Run, runs_of
+from .stream_capture import StreamTap
+from .redecode import Run, runs_of
 
 
 @dataclass(frozen=True)
 class GuidedParams:
     window: int = 32  # prompt rows whose attention scores the bulk
     # scoring layers as shares of the model's depth (kept below the split): 0.24 of SmolLM2's 30 is layer
-    # 7, which held the asked needle in 32 of 38 hit-rate items; layers 3, 5 and 9 alone in at most 10
+    # 7, which holds its retrieval heads (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
     layers: tuple[float, ...] = (0.24,)
     pool: int = 5  # average-pooling kernel over neighbouring rows
     back: int = 4  # rows taken before a selected row
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
-    # distinct places the question points to, made exact (measured before the contrast question; S=12,
-    # T=128, filler, against exact): 4 lost recall (29/47 against 36/47, p = 0.016); 6 lost multivalue
-    # items (68/96 against 75/96, multivalue 12/32 against 18/32); 8 held it (77/96, multivalue 20/32)
+    # distinct places the question points to, made exact: fewer lost multivalue items
+    # (docs/MEASUREMENTS.md#places-8-not-4-or-6)
     peaks: int = 8
     budget: int = 256  # no place is taken once this many rows are (the last one is taken whole)
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
-    # question's attention (a multi-value question spent 5 of 8 peaks on the needle task's own
-    # instruction and system prompt, and missed its third value; with the first 64 rows left out, 6
-    # peaks held all three).
+    # question's attention (docs/MEASUREMENTS.md#prompt-head-left-out).
     head: int = 64
     # The question's scores minus a question about nothing in particular's (CONTRAST_QUESTION), each
     # scaled to a maximum of 1: what any question looks at (paragraph starts, a few "magnet" sentences,
-    # recent rows) drops out. Answer rows selected (8 places), 23 questions about 4 real licence texts:
-    # 19 with it, 3 without; needle items 156/165 with it, 129/165 without (README: selection hit rate).
+    # recent rows) drops out, and real questions' answers get selected
+    # (docs/MEASUREMENTS.md#contrast-question).
     contrast: bool = True
-    newlines: str = "wrap"  # which line breaks end a sentence (sentence_ends): 19/23 licence answers, "line" 15
+    # which line breaks end a sentence (sentence_ends): docs/MEASUREMENTS.md#contrast-question
+    newlines: str = "wrap"
     # Then places by the question's own scores, without the contrast: what every question looks at,
-    # which in a needle haystack is every needle. The contrast alone lost filler multikey items in
-    # generation (70/96 against exact's 75/96: each rival needle left approximate); with 4 such places
-    # 73/96 (README: recall).
+    # which in a needle haystack is every needle: the rival needles must be exact for the model to tell
+    # them apart (docs/MEASUREMENTS.md#contrast-question).
     also_peaks: int = 4
 
     def scoring_layers(self, n_layer: int, split: int) -> list[int]:
@@ -97,7 +94,7 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     """The streams entering `layers` for the last `window` prompt rows, from a decode on sequence 1
     through the layers below max(layers) only. Sequence 1 shares sequence 0's cells for the decode and
     lets go of every cell after, so the cache is as it was."""
-    n_cached = len(engine.cache)
+    n_cached = len(engine.row_record)
     rows = tokens[-window:]
     tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
     engine.seq_copy(0, 1, 0, n_cached)
@@ -138,21 +135,21 @@ def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
                                           count_include_pad=False)[0, 0][: scores.shape[0]]
 
 
-def layer_scores(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+def layer_scores(engine, rt, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
                  *, heads: str = "max", with_window: bool = True) -> dict[int, torch.Tensor]:
     """Per scoring layer, the attention each candidate row (bulk positions with a known cell, in order)
     gets from the window's queries (attention_scores), before pooling."""
     window = len(next(iter(streams.values())))
     pos = torch.arange(len(tokens) - window, len(tokens))
-    cells = np.asarray(engine.cache.cells(candidates))
-    qpath = setup.query_path(sorted(streams))
+    cells = np.asarray(engine.row_record.cells(candidates))
+    qpath = rt.query_path(sorted(streams))
     out = {}
     for il, h in streams.items():
-        ll = setup.layout.layers[il]
+        ll = rt.layout.layers[il]
         h = torch.from_numpy(np.asarray(h, dtype=np.float32))
         q = qpath.queries(il, h, pos)
         k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
-        own = setup.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
+        own = rt.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
         s = attention_scores(q, k, ll.head_dim_k, own, heads=heads)
         if candidates[0] == 0:
             s[0] = 0.0  # the first row is an attention sink, whatever the question
@@ -166,17 +163,17 @@ def combined(per_layer: dict[int, torch.Tensor], layers, pool: int) -> torch.Ten
     return total / len(layers)
 
 
-def score_rows(engine, setup, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
+def score_rows(engine, rt, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
                params: GuidedParams, contrast: tuple[list[int], dict[int, np.ndarray]] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per candidate row: the score that ranks it (minus the contrast question's, where given) and the
     question's own score, each combined over the scoring layers."""
-    per_layer = layer_scores(engine, setup, tokens, candidates, streams)
+    per_layer = layer_scores(engine, rt, tokens, candidates, streams)
     own = combined(per_layer, list(streams), params.pool)
     if contrast is None:
         return own, own
     other_tokens, other_streams = contrast
-    return contrasted(per_layer, layer_scores(engine, setup, other_tokens, candidates, other_streams),
+    return contrasted(per_layer, layer_scores(engine, rt, other_tokens, candidates, other_streams),
                       list(streams), params.pool), own
 
 
@@ -220,13 +217,13 @@ def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: G
     return runs_of(chosen, max_run)
 
 
-def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
+def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
                 params: GuidedParams = DEFAULT) -> list[Run]:
     """The runs this question wants exact. Rows made exact before (a follow-up) are scored too and
     count towards the budget, so a question asked again selects what is already exact."""
-    if not engine.cache.approximated(0, bulk_end):
+    if not engine.row_record.approximated(0, bulk_end):
         return []
-    candidates = engine.cache.with_cells(0, bulk_end)
+    candidates = engine.row_record.with_cells(0, bulk_end)
     layers = params.scoring_layers(engine.info.n_layer, plan.split)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
@@ -235,6 +232,6 @@ def guided_runs(engine, setup, plan, tokens: list[int], bulk_end: int, phases,
             other = contrast_prompt(engine, tokens, params.window)
             contrast = (other, probe_streams(engine, other, layers, params.window))
     with phases("score"):
-        scores, own = score_rows(engine, setup, tokens, candidates, streams, params, contrast)
+        scores, own = score_rows(engine, rt, tokens, candidates, streams, params, contrast)
         ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
     return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)

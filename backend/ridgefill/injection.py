@@ -20,9 +20,9 @@ from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from . import ggml_graph
 from .cache_layout import CellTap, LayoutRefused
-from .capture import capture_streams
+from .stream_capture import capture_streams
 from .lower_skip import SplitStreams
-from .setup import RidgeFillSetup, ridgefill_setup
+from .runtime import RidgeFillRuntime, runtime
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,9 @@ def torch_threads(n_threads: int):
 
 def one_torch_thread():
     """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
-    fight llama.cpp's threads for the cores (measured 30× slower on a busy 2-core machine). The late
-    writes, gathered into few large blocks, take the engine's threads (_write_late)."""
+    fight llama.cpp's threads for the cores
+    (docs/MEASUREMENTS.md#injection-torch-threads-and-activation-quantization). The late writes,
+    gathered into few large blocks, take the engine's threads (_write_late)."""
     return torch_threads(1)
 
 
@@ -125,8 +126,8 @@ def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
     exact prefill (llama.cpp's kernels round differently for a tiny ubatch: a 3-row ubatch moved the
     stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
     rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
-    up to 1,023 rows in an 8K prompt's tail, each costing the full model (measured 34.5 s instead of
-    about 32 s at 8,000 tokens, S=15)."""
+    up to 1,023 rows in an 8K prompt's tail, each costing the full model
+    (docs/MEASUREMENTS.md#tail-of-exactly-t-rows)."""
     n = max(0, n_tokens - tail)
     if mode == "plumb":
         chunk = engine.ubatch_rows
@@ -147,7 +148,7 @@ def run_plan(engine, plan, tokens: list[int], *, reuse_prefix: bool, on_event, c
 
 
 def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
-    setup = ridgefill_setup(engine)
+    rt = runtime(engine)
     report = PrefillReport(mode=plan.mode, split=plan.split, tail=plan.tail, note=plan.note,
                            warnings=list(plan.warnings))
     phases = _Phases("capture", "lower", "predict", "write")
@@ -169,9 +170,9 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     pos = max(start, bulk_end)
     if plan.mode in ("quality", "guided"):
         if kept:
-            engine.cache.keep_split_streams(plan.split, start, np.concatenate(kept))
-        streams = SplitStreams(setup.layout, plan.split, engine.cache)
-        report.exact_n = _make_rows_exact(engine, setup, plan, tokens, bulk_end, phases, cancel, streams)
+            engine.keep_split_streams(plan.split, start, np.concatenate(kept))
+        streams = SplitStreams(rt.layout, plan.split, engine.row_record)
+        report.exact_n = _make_rows_exact(engine, rt, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):
         chunk_n = engine.ubatch_rows
         engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
@@ -182,8 +183,7 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
 
 # Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
 # their lower layers ran: fewer, larger blocks let torch use both cores without its threads spinning
-# against llama.cpp's between every chunk. Prediction and writes of an 8,000-token prefill (S=12, 2
-# threads): 1.1 + 1.6 s per 512-row chunk on one thread, 0.5 + 0.8 s in 2,048-row blocks.
+# against llama.cpp's between every chunk (docs/MEASUREMENTS.md#late-kv-in-2048-row-blocks).
 LATE_BLOCK = 2048
 
 
@@ -211,12 +211,12 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
     late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
     Cancelled between chunks, with the cache holding only rows whose late layers are written.
     `keep_streams` gets the streams entering the split, in position order, block by block."""
-    setup = ridgefill_setup(engine)
+    rt = runtime(engine)
     phases = phases or _Phases()
     t0 = time.perf_counter() if t0 is None else t0
-    tap = _BulkTap(plan.split, setup.layout)
+    tap = _BulkTap(plan.split, rt.layout)
     chunk_n = engine.ubatch_rows
-    swa_from = bulk_end - setup.n_swa
+    swa_from = bulk_end - rt.n_swa
     pending = _LateRows(start)
     pos = start
     try:
@@ -224,10 +224,10 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {pending.start} of {len(tokens)} tokens")
             n = min(chunk_n, bulk_end - pos)
-            _lower_chunk(engine, setup, plan, tokens, pos, n, tap, phases, pending)
+            _lower_chunk(engine, rt, plan, tokens, pos, n, tap, phases, pending)
             pos += n
             if plan.write_late and (len(pending) >= LATE_BLOCK or pos == bulk_end):
-                _write_late(engine, setup, plan, pending, source, phases, swa_from)
+                _write_late(engine, rt, plan, pending, source, phases, swa_from)
                 if keep_streams is not None:
                     keep_streams.extend(pending.h)
                 pending = _LateRows(pos)
@@ -247,7 +247,7 @@ def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
     return _Oracle(capture_streams(engine, [bulk], late, cancel=cancel, dtype=np.float32) if late else {})
 
 
-def _lower_chunk(engine, setup: RidgeFillSetup, plan, tokens, pos: int, n: int, tap: _BulkTap,
+def _lower_chunk(engine, rt: RidgeFillRuntime, plan, tokens, pos: int, n: int, tap: _BulkTap,
                  phases: _Phases, pending: _LateRows) -> None:
     """Rows [pos, pos + n) through the layers below the split in llama.cpp (the graph stops there);
     their split stream and cache cells join `pending`."""
@@ -257,18 +257,18 @@ def _lower_chunk(engine, setup: RidgeFillSetup, plan, tokens, pos: int, n: int, 
             engine.decode(tokens[pos : pos + n], pos, logits_last=False, approx_tag=plan.tag or "plumb")
     if tap.error or tap.h is None or tap.h.shape[0] != n:
         raise LayoutRefused(f"bulk pass: {tap.error or 'the split stream was not seen'}")
-    engine.cache.record_cells(pos, tap.first_layer_cells())
+    engine.record_cells(pos, tap.first_layer_cells())
     if not plan.write_late:
         return
     for il in range(plan.split, engine.info.n_layer):
-        ll = setup.layout.layers[il]
+        ll = rt.layout.layers[il]
         for name in (ll.k_index, ll.v_index):
             if len(tap.idx.get(name, ())) != n:
                 raise LayoutRefused(f"cell indices of layer {il}'s cache were not seen below the split")
     pending.add(tap.h, dict(tap.idx))
 
 
-def _write_late(engine, setup: RidgeFillSetup, plan, pending: _LateRows, source, phases: _Phases,
+def _write_late(engine, rt: RidgeFillRuntime, plan, pending: _LateRows, source, phases: _Phases,
                 swa_from: int) -> None:
     """Every late layer's K/V for the `pending` rows, written from the late inputs `source` gives for
     them, on all the engine's threads."""
@@ -282,25 +282,26 @@ def _write_late(engine, setup: RidgeFillSetup, plan, pending: _LateRows, source,
         with phases("write"):
             positions = torch.arange(pos, pos + n)
             for il in range(plan.split, engine.info.n_layer):
-                ll = setup.layout.layers[il]
+                ll = rt.layout.layers[il]
                 rows = slice(None)
-                if setup.n_swa and il in setup.swa_layers:
+                if rt.n_swa and il in rt.swa_layers:
                     # A sliding-window layer: only rows inside the tail's window are ever read again.
                     first = max(0, swa_from - pos)
                     if first >= n:
                         continue
                     rows = slice(first, n)
-                setup.writer.write(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
-                                   cells[ll.v_index][rows])
+                rt.writer.write(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
+                                cells[ll.v_index][rows])
 
 
-def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
+def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
                      phases: _Phases, cancel, streams: SplitStreams | None) -> int:
     """quality: rows chosen by token class; guided: rows the question attends to at layers below the
     split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
     those whose split stream a bulk pass kept (this prefill's or, for a follow-up, an earlier one's) skip
     the layers below the split (`streams`)."""
-    from .selected_rows import redecode_exact, runs_of, select_runs
+    from .quality_rows import select_runs
+    from .redecode import redecode_exact, runs_of
 
     if plan.mode == "quality":
         with phases("select"):
@@ -308,16 +309,14 @@ def _make_rows_exact(engine, setup: RidgeFillSetup, plan, tokens, bulk_end: int,
     else:
         from .guided import guided_runs
 
-        chosen = guided_runs(engine, setup, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
-    todo = set(engine.cache.approximated(0, bulk_end))
+        chosen = guided_runs(engine, rt, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
+    todo = set(engine.row_record.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
     with phases("exact_rows"):
-        # guided: each run sees the runs before it exact. Decoded in one batch as they are, a run saw
-        # the approximate rows of the runs before it: a needle whose key the question repeats was made
-        # exact with every other needle, yet the answer took another needle's value (filler multikey
-        # items at S=12; batches of >= 64 rows lost 12 filler items of 48). One batch whose mask shows
-        # each run the new rows of the runs before it (run_mask) computes what a llama_decode per run
-        # would, with the tiled attention kernel: at 8,000 tokens 131 rows took 1.6 s, not 2.9 s.
-        n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(setup.layout),
+        # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
+        # (docs/MEASUREMENTS.md#runs-made-exact-in-order). One batch whose mask shows each run the new
+        # rows of the runs before it (run_mask) computes what a llama_decode per run would, with the
+        # tiled attention kernel (docs/MEASUREMENTS.md#one-call-re-decode).
+        n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(rt.layout),
                            chained=plan.mode == "guided", streams=streams)
         return n

@@ -1,6 +1,6 @@
 """Rows decoded again through every layer (quality, guided) skip the layers below the split.
 
-The bulk pass ran those layers exactly for every bulk row: the cache record keeps each row's stream
+The bulk pass ran those layers exactly for every bulk row: the row record keeps each row's stream
 entering the split (for follow-up questions too), and the row's lower-layer K/V sit in its old cell. So
 the re-decode's graph need not run them again (at 8,000 tokens, 12 of SmolLM2's 30 layers: about 40% of
 the re-decode). An eval hook makes every node of the layers below the split a no-op while the scheduler
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kv_cache import CachedRows
+from ..row_record import RowRecord
 from . import ggml_graph
 from .cache_layout import GraphLayout
 from .ggml_graph import GGML_TYPE_F32, Node
@@ -28,15 +28,15 @@ _EMPTY_OPS = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 
 @dataclass
 class SplitStreams:
-    """Where the streams entering the split of rows a bulk pass computed are kept (the cache record,
+    """Where the streams entering the split of rows a bulk pass computed are kept (the row record,
     for this request and its follow-ups), and where the lower layers' caches are."""
     layout: GraphLayout
     split: int
-    cached: CachedRows
+    record: RowRecord
 
     def rows(self, positions: list[int]) -> np.ndarray | None:
         """The streams of `positions` in that order, or None if any was not kept."""
-        return self.cached.split_streams(self.split, positions)
+        return self.record.split_streams(self.split, positions)
 
     def copy_lower_kv(self, old_cells, new_cells) -> None:
         """The lower layers' K/V of each row, from its old cell into its new one (same position, same

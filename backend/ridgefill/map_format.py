@@ -88,18 +88,7 @@ def write_map_folder(
     # The staging folder is hidden (a leading dot) and never ends in -sNN, so no look-up takes it for a set.
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        files: dict[str, str] = {}
-        for l in layers:
-            wn, bn, sn = tensor_names(l)
-            w = weights[l].detach().float().cpu()
-            tensors = {bn: biases[l].detach().float().cpu().half().contiguous()}
-            if map_dtype == "int8":
-                tensors[wn], tensors[sn] = quantize_int8(w)
-            else:
-                tensors[wn] = w.half().contiguous()
-            name = layer_file(l)
-            save_file(tensors, str(tmp / name), metadata={"split": str(split), "layer": str(l)})
-            files[name] = sha256_file(tmp / name)
+        files = {layer_file(l): _write_layer(tmp, l, split, weights[l], biases[l], map_dtype) for l in layers}
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -123,15 +112,34 @@ def write_map_folder(
     except BaseException:  # a failed or interrupted write leaves nothing behind
         _rmtree(tmp)
         raise
-    if folder.exists():  # replace an older fit of the same (model, split)
+    _replace(folder, tmp)
+    return folder
+
+
+def _write_layer(tmp: Path, l: int, split: int, weight: torch.Tensor, bias: torch.Tensor, map_dtype: str) -> str:
+    """One layer's file in the staging folder; its sha256."""
+    wn, bn, sn = tensor_names(l)
+    w = weight.detach().float().cpu()
+    tensors = {bn: bias.detach().float().cpu().half().contiguous()}
+    if map_dtype == "int8":
+        tensors[wn], tensors[sn] = quantize_int8(w)
+    else:
+        tensors[wn] = w.half().contiguous()
+    path = tmp / layer_file(l)
+    save_file(tensors, str(path), metadata={"split": str(split), "layer": str(l)})
+    return sha256_file(path)
+
+
+def _replace(folder: Path, staged: Path) -> None:
+    """The staged folder takes the place of `folder`, replacing an older fit of the same (model, split)."""
+    if folder.exists():
         old = folder.with_name(f".{folder.name}.old")
         _rmtree(old)
         folder.rename(old)
-        tmp.rename(folder)
+        staged.rename(folder)
         _rmtree(old)
     else:
-        tmp.rename(folder)
-    return folder
+        staged.rename(folder)
 
 
 def _rmtree(p: Path) -> None:

@@ -3,6 +3,8 @@
 It answers what will run (exact, speed, quality, guided or plumb), with which split, tail and maps, and
 why a requested mode is not what runs. Everything else executes a plan: the Engine runs whatever
 strategy it is given (`ExactPrefill`, or a `RidgeFillPlan` whose `run` is injection.run_plan).
+Deciding reads only the engine's `info`, `ubatch_rows` and RidgeFill runtime (runtime.runtime), so a
+fake engine with those three can be planned for (tests/test_ridgefill_plan.py).
 """
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ from dataclasses import dataclass, field
 
 from ..engine import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
-from .defaults import MIN_BULK, MIN_TAIL, default_split, default_tail
+from .defaults import MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
-from .setup import ridgefill_setup
+from .runtime import runtime
 
 
 @dataclass
@@ -46,30 +48,35 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
     if bulk < MIN_BULK:
         return (f"the prompt has {bulk:,} rows before the {tail}-token exact tail, fewer than "
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
-    return ridgefill_setup(engine).refused
+    rt = runtime(engine)
+    if rt.refused is None and split < rt.min_split:
+        return (f"split {split} is below layer {rt.min_split - 1}, the first layer of its own K/V cache (a "
+                f"global layer of this sliding-window model): the bulk pass would not see where that cache's "
+                f"rows go. Use a split of at least {rt.min_split}: ran exact.")
+    return rt.refused
 
 
 def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, maps=None,
                    share: float | None = None, guided: GuidedParams | None = None,
                    write_late: bool = True) -> RidgeFillPlan | ExactPrefill:
     """A RidgeFill plan for a prompt of `n_tokens`, or ExactPrefill with the reason it cannot run.
-    `maps` None: the verified maps for this model and split (loaded once, see setup.py)."""
+    `maps` None: the verified maps for this model and split (loaded once, see runtime.py)."""
     why = refusal(engine, n_tokens, mode, split, tail)
     if why:
         return ExactPrefill(why)
-    setup = ridgefill_setup(engine)
+    rt = runtime(engine)
     note = ""
-    if mode in ("quality", "guided") and setup.swa_layers:
-        # A row decoded again deep in the prompt would find its sliding-window history already evicted.
-        note = f"{mode} mode needs a model without sliding-window layers: ran speed."
-        mode = "speed"
+    runs = mode_that_runs(mode, sliding_window=bool(rt.swa_layers))
+    if runs != mode:
+        note = f"{mode} mode needs a model without sliding-window layers: ran {runs}."
+        mode = runs
     if mode == "plumb":
         return RidgeFillPlan("plumb", split, tail, write_late=write_late)
     if maps is None:
         from .maps import MapsMissing, MapsRefused
 
         try:
-            maps = setup.maps(split)
+            maps = rt.maps(split)
         except (MapsMissing, MapsRefused) as exc:
             return ExactPrefill(f"RidgeFill maps unavailable ({exc}); ran exact.")
     late = set(range(split + 1, engine.info.n_layer))
@@ -86,8 +93,8 @@ def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFill
     """How to prefill `request` (a prompt of `n_tokens`): the Engine's planner."""
     if request.mode == "off":
         return ExactPrefill()
-    split = request.split if request.split is not None else default_split(engine.info)
-    tail = request.tail if request.tail is not None else default_tail(engine.info)
+    split = split_or_default(engine.info, request.split)
+    tail = tail_or_default(engine.info, request.tail)
     return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share)
 
 

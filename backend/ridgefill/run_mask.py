@@ -3,9 +3,8 @@
 redecode_exact puts each run of a batch on its own sequence, which shares sequence 0's cells before the
 run. llama.cpp's mask then hides from a run the new rows of the runs before it (they are on other
 sequences) and shows it their approximate cells instead. Decoding run after run avoids that, but a run
-of a few dozen rows takes llama.cpp's per-row flash-attention kernel: at 7,000 rows of context (SmolLM2,
-2 threads) a decode of 8-48 rows costs 22 ms a row, one of 64 rows or more (the tiled kernel,
-GGML_FA_TILE_Q) 10.5-12.8 ms a row.
+of a few dozen rows takes llama.cpp's per-row flash-attention kernel, about twice as slow per row as the
+tiled kernel (GGML_FA_TILE_Q) a decode of 64 rows or more gets (docs/MEASUREMENTS.md#one-call-re-decode).
 
 This eval hook edits the batch's attention mask, a graph input that is already set when the scheduler
 asks about the first node and is read first by layer 0's attention: each run's queries are shown the new

@@ -29,7 +29,7 @@ def _missing_streams() -> None:
         return
     stream = None
     try:
-        from app.paths import log_dir
+        from backend.user_paths import log_dir
 
         stream = open(os.path.join(str(log_dir()), "console.log"), "a", encoding="utf-8", buffering=1)
     except Exception:

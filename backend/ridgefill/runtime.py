@@ -1,5 +1,7 @@
-"""RidgeFill's per-engine set-up, found once and reused by every request: the graph layout (or why it
-was refused), the K/V (and scoring Q) weights, the sliding-window layers, and the verified map sets.
+"""RidgeFill's runtime state for one engine, found once and reused by every request: the graph layout
+(or why it was refused), the K/V (and scoring Q) weights, the sliding-window layers, and the verified
+map sets. It hangs off the engine it was found on (`Engine.ridgefill_runtime`), which has one at most:
+`runtime(engine)` makes it on first use and is the only writer of that slot.
 
 Maps are loaded and verified (sha256 of every file, model fingerprint) once per split; later requests
 reuse them until a map folder changes (a file's size or mtime, or which folders exist: stat calls
@@ -8,22 +10,13 @@ only), so no request hashes map files.
 from __future__ import annotations
 
 import logging
-import weakref
 from pathlib import Path
 
 from ..errors import RidgeFillError
-from ..model_file import open_reader
 from .cache_layout import GraphLayout, discover
 from .kv_writer import KVWriter
 
 log = logging.getLogger(__name__)
-
-
-def _sliding_window(model_path: str) -> int:
-    reader = open_reader(Path(model_path))
-    arch = str(reader.fields["general.architecture"].contents())
-    f = reader.fields.get(f"{arch}.attention.sliding_window")
-    return int(f.contents()) if f is not None else 0
 
 
 def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
@@ -57,7 +50,16 @@ def _folder_stamp(dirs: list[Path], split: int) -> tuple:
     return tuple(out)
 
 
-class RidgeFillSetup:
+def _min_split(layout: GraphLayout) -> int:
+    """One above the highest first layer of a cache group: a bulk pass cut below a group's first layer
+    never sees that group's cell indices (gemma3's global layers start at 5, so S must be at least 6)."""
+    first: dict[str, int] = {}
+    for il in sorted(layout.layers):
+        first.setdefault(layout.layers[il].k_index, il)
+    return max(first.values()) + 1 if first else 1
+
+
+class RidgeFillRuntime:
     def __init__(self, engine):
         self.model_path = engine.info.path
         self.layout: GraphLayout | None = None
@@ -65,13 +67,15 @@ class RidgeFillSetup:
         self.writer: KVWriter | None = None
         self.n_swa = 0
         self.swa_layers: set[int] = set()
-        self._maps: dict[int, tuple[tuple, object]] = {}
+        self.min_split = 1  # the lowest split whose bulk pass sees every late layer's cell indices
+        self._maps: dict[int, tuple[tuple, object]] = {}  # split -> (folder stamp, RidgeMaps or the error)
         self._query_path = None
-        self._n_head = engine.info.n_head  # split -> (folder stamp, RidgeMaps or the error)
+        self._n_head = engine.info.n_head
         try:
             self.layout = discover(engine)
-            self.n_swa = _sliding_window(engine.info.path)
+            self.n_swa = engine.info.sliding_window
             self.swa_layers = _swa_layers(engine.info, self.layout, self.n_swa)
+            self.min_split = _min_split(self.layout)
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
             self.writer = KVWriter(engine.info.path, self.layout, list(range(1, engine.info.n_layer)))
@@ -114,26 +118,22 @@ class RidgeFillSetup:
         return hit[1]
 
 
-_SETUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+def runtime(engine) -> RidgeFillRuntime:
+    """The engine's RidgeFill runtime, made on first use (a discovery decode and weight loading)."""
+    if engine.ridgefill_runtime is None:
+        engine.ridgefill_runtime = RidgeFillRuntime(engine)
+    return engine.ridgefill_runtime
 
 
-def ridgefill_setup(engine) -> RidgeFillSetup:
-    """The engine's RidgeFill set-up, made on first use (a discovery decode and weight loading)."""
-    st = _SETUPS.get(engine)
-    if st is None:
-        st = _SETUPS[engine] = RidgeFillSetup(engine)
-    return st
-
-
-def warm_up(engine, split: int | None = None) -> RidgeFillSetup:
-    """Pay RidgeFill's one-time costs before any request is timed: the set-up, guided mode's Q weights
-    (2.3 s at the first guided request otherwise), and the maps of `split` (the model's default split
-    when None) loaded and verified, if there are any."""
+def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
+    """Pay RidgeFill's one-time costs before any request is timed: the runtime, guided mode's Q weights
+    (paid by the first guided request otherwise: docs/MEASUREMENTS.md#guided-warm-up), and the maps of
+    `split` (the model's default split when None) loaded and verified, if there are any."""
     from .defaults import default_split
     from .guided import DEFAULT as GUIDED
     from .maps import MapsMissing, MapsRefused
 
-    st = ridgefill_setup(engine)
+    st = runtime(engine)
     if st.refused is None:
         split = default_split(engine.info) if split is None else split
         st.query_path(GUIDED.scoring_layers(engine.info.n_layer, split))

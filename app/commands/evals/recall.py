@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from app.commands.common import open_engine
-from app.commands.evals_common import add_split_tail, eval_items, float_list, int_list, say, split_tail, str_list
+from app.commands.common import float_list, int_list, open_engine, str_list
+from app.commands.evals.common import add_split_tail, eval_items, say, split_tail
 from backend.evals.compare import accuracy, by_condition, compare, recall_records
 from backend.evals.needles import VARIANTS
 from backend.evals.recall import run_recall

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.commands.common import open_engine
-from app.commands.evals_common import add_split_tail, float_list, haystack_of, int_list, say, split_tail
+from app.commands.common import float_list, int_list, open_engine
+from app.commands.evals.common import add_split_tail, haystack_of, say, split_tail
 from backend.evals.followup import run_followup
 from backend.evals.needles import make_items
 from backend.evals.stats import mcnemar_exact

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from app.commands.common import open_engine
-from app.commands.evals_common import float_list, haystack_of, int_list, say, split_tail, str_list
-from app.paths import data_dir
+from app.commands.common import float_list, int_list, open_engine, str_list
+from app.commands.evals.common import haystack_of, say, split_tail
+from backend.user_paths import data_dir
 from backend.evals.needles import build_item, make_items
 from backend.evals.nll import nll_documents
 from backend.evals.report import p_value, pct, table

@@ -1,35 +1,13 @@
-"""What the eval commands (recall, compare, nll, sweep, hitrate) share: list arguments, defaults, items, stderr
+"""What the eval commands (recall, compare, nll, sweep, hitrate, followup) share: split and tail, items, stderr
 progress."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from backend.evals.document_questions import QUESTION_SETS, question_items
 from backend.evals.haystacks import load_haystack
 from backend.evals.needles import make_items
-from backend.ridgefill.defaults import default_split, default_tail
-
-
-def int_list(text: str) -> list[int]:
-    try:
-        return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def float_list(text: str) -> list[float]:
-    try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if any(not 0.0 <= d <= 1.0 for d in out):
-        raise argparse.ArgumentTypeError("depths are shares of the haystack, between 0 and 1")
-    return out
-
-
-def str_list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+from backend.ridgefill.defaults import split_or_default, tail_or_default
 
 
 def add_split_tail(p) -> None:
@@ -39,10 +17,7 @@ def add_split_tail(p) -> None:
 
 def split_tail(args, info) -> tuple[int, int]:
     """The split and tail asked for, else the model's defaults."""
-    asked_split = getattr(args, "split", None)
-    split = asked_split if asked_split is not None else default_split(info)
-    tail = args.tail if args.tail is not None else default_tail(info)
-    return split, tail
+    return split_or_default(info, getattr(args, "split", None)), tail_or_default(info, args.tail)
 
 
 def haystack_of(args):

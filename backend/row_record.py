@@ -1,4 +1,8 @@
-"""What the KV cache holds on sequence 0, row by row: the one record of it, kept by the Engine.
+"""The row record: what each row of sequence 0 in the KV cache holds, the one record of it (the K/V
+themselves are in llama.cpp's cache, written by llama_decode or backend/ridgefill/kv_writer.py).
+
+The Engine keeps it and is its only writer (backend/engine.py: its decode, truncate_cache, mark_exact,
+record_cells and keep_split_streams); everyone else reads it through `Engine.row_record`.
 
 Each row is a token and how its K/V were written: exactly (through every layer), or approximated by
 RidgeFill under a tag that names the split and maps that wrote it. Prefix reuse reads this record,
@@ -18,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 
-class CachedRows:
+class RowRecord:
     def __init__(self) -> None:
         self._tokens: list[int] = []
         self._how: list[str | None] = []  # per row: None = exact, else the approximation's tag
@@ -79,7 +83,7 @@ class CachedRows:
             n = min(n, self._n_clean)
         return max(0, min(n, len(tokens) - 1))
 
-    # ---- writing (the Engine calls these as it decodes and truncates) ----------------------------
+    # ---- writing (only the Engine calls these) ---------------------------------------------------
     def append(self, tokens: list[int], tag: str | None = None) -> None:
         if tag is None and self._n_clean == len(self._tokens):
             self._n_clean += len(tokens)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from app.commands.common import open_engine
-from app.commands.evals_common import add_split_tail, say, split_tail
-from app.paths import data_dir
+from app.commands.evals.common import add_split_tail, say, split_tail
+from backend.user_paths import data_dir
 from backend.evals.haystacks import file_haystack
 from backend.evals.nll import LAST_N, nll_documents, run_nll
 from backend.evals.report import table

@@ -7,7 +7,7 @@ import sys
 from app.commands.common import open_engine
 from backend.evals.ttft import rows_as_dicts, run_ttft_bench
 from backend.protocol import RIDGEFILL_MODES
-from backend.ridgefill.defaults import DEFAULT_MODE, default_split, default_tail
+from backend.ridgefill.defaults import DEFAULT_MODE, split_or_default, tail_or_default
 
 
 def register(sub) -> None:
@@ -25,8 +25,7 @@ def register(sub) -> None:
 def run(args) -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     engine = open_engine(args)
-    split = args.split if args.split is not None else default_split(engine.info)
-    tail = args.tail if args.tail is not None else default_tail(engine.info)
+    split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
     rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
                           on_progress=lambda msg: print(f"  {msg}", file=sys.stderr))
     if args.json:

@@ -1,5 +1,6 @@
-"""Activation capture: run text through the exact model and record the residual stream entering
-chosen layers, read from the graph's `l_out-(il-1)` nodes through the eval callback."""
+"""Stream capture: run tokens through the exact model and record the residual stream entering chosen
+layers, read from the graph's `l_out-(il-1)` nodes through the eval callback (in memory; calibration.py
+stores the calibration run's streams on disk)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -88,7 +89,7 @@ def capture_streams(
         raise ValueError("stride must be >= 1")
     deepest = layers[-1]
     # Nothing past the deepest wanted stream is needed: stop the graph there (the cache is cleared
-    # after, since later layers' cells then hold stale rows).
+    # after, by scratch(), since later layers' cells then hold stale rows).
     cut = f"l_out-{deepest - 1}" if deepest >= 1 else None
     tap = StreamTap(layers, cut_after=cut)
     chunk_n = engine.ubatch_rows
@@ -96,9 +97,9 @@ def capture_streams(
     out: dict[int, list[np.ndarray]] = {il: [] for il in layers}
     done = 0
     counter = counter0
-    try:
+    with engine.scratch():
         for seq in token_seqs:
-            engine.truncate_cache(0)
+            engine.truncate_cache(0)  # each sequence starts from an empty cache
             for start in range(0, len(seq), chunk_n):
                 if cancel is not None and cancel():
                     raise Cancelled(f"capture cancelled after {done} of {total} tokens")
@@ -122,7 +123,5 @@ def capture_streams(
                 done += len(chunk)
                 if on_progress is not None:
                     on_progress(done, total)
-    finally:
-        engine.truncate_cache(0)
     n_embd = engine.info.n_embd
     return {il: (np.concatenate(v) if v else np.zeros((0, n_embd), dtype)) for il, v in out.items()}

@@ -1,0 +1,102 @@
+"""The chat's session model (app/chat_session.py), without Qt or an engine: the turns a request carries,
+the document in the first user turn, the request the controls' values make, the titles."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from app import chat_session
+from app.conversations import Conversation, Document, Message
+from backend.protocol import DEFAULT_MAX_TOKENS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = "The lighthouse keeper's cat is named Biscuit."
+
+
+def turns(msgs) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in msgs]
+
+
+def conversation(*messages: Message, document: str | None = None) -> Conversation:
+    return Conversation(messages=list(messages), document=Document("doc.txt", document) if document else None)
+
+
+def test_a_first_question_is_the_only_turn():
+    assert turns(chat_session.history(Conversation(), "Hello?")) == [("user", "Hello?")]
+
+
+def test_the_chat_so_far_comes_before_the_question():
+    conv = conversation(Message("user", "Who keeps the light?"), Message("assistant", "Anna."))
+    assert turns(chat_session.history(conv, "Since when?")) == [
+        ("user", "Who keeps the light?"), ("assistant", "Anna."), ("user", "Since when?")]
+
+
+def test_an_unanswered_question_is_left_out_so_the_turns_alternate():
+    failed = Message("assistant", "", complete=False, note="The engine process stopped unexpectedly")
+    conv = conversation(Message("user", "first"), failed)
+    assert turns(chat_session.history(conv, "again")) == [("user", "again")]
+    # two questions in a row (the answer in between failed): the later one stands for both
+    conv = conversation(Message("user", "a"), Message("assistant", "A."), Message("user", "b"), failed,
+                        Message("user", "c"), Message("assistant", "C."))
+    assert turns(chat_session.history(conv, "d")) == [
+        ("user", "a"), ("assistant", "A."), ("user", "c"), ("assistant", "C."), ("user", "d")]
+
+
+def test_an_answer_cut_off_or_empty_is_left_out_but_a_stopped_complete_one_stays():
+    cut = Message("assistant", "Half an ans", complete=False)
+    conv = conversation(Message("user", "q1"), cut)
+    assert turns(chat_session.history(conv, "q2")) == [("user", "q2")]
+    conv = conversation(Message("user", "q1"), Message("assistant", "  \n"))
+    assert turns(chat_session.history(conv, "q2")) == [("user", "q2")]
+    stopped = Message("assistant", "Half an ans", note="stopped by you")  # complete: what was said stays
+    conv = conversation(Message("user", "q1"), stopped)
+    assert turns(chat_session.history(conv, "q2")) == [("user", "q1"), ("assistant", "Half an ans"), ("user", "q2")]
+
+
+def test_the_document_goes_into_the_first_user_turn_only():
+    conv = conversation(Message("user", "Who is Biscuit?"), Message("assistant", "A cat."), document=DOC)
+    msgs = chat_session.history(conv, "Whose cat?")
+    assert [m.role for m in msgs] == ["user", "assistant", "user"]
+    assert msgs[0].content.startswith("Read this document.") and DOC in msgs[0].content
+    assert msgs[0].content.endswith("Question: Who is Biscuit?")
+    assert msgs[2].content == "Whose cat?" and DOC not in msgs[2].content
+    first = chat_session.history(conversation(document=DOC), "Whose cat?")
+    assert len(first) == 1 and DOC in first[0].content and first[0].content.endswith("Question: Whose cat?")
+
+
+def test_the_request_carries_split_and_tail_only_with_ridgefill_on():
+    conv = conversation(Message("user", "q1"), Message("assistant", "a1."), document=DOC)
+    req = chat_session.build_request(conv, "q2", mode="speed", split=12, tail=64, max_tokens=32)
+    assert (req.mode, req.split, req.tail, req.max_tokens) == ("speed", 12, 64, 32)
+    assert turns(req.messages) == turns(chat_session.history(conv, "q2")) and req.reuse_prefix
+    req = chat_session.build_request(conv, "q2", mode="off", split=12, tail=64)
+    assert (req.mode, req.split, req.tail, req.max_tokens) == ("off", None, None, DEFAULT_MAX_TOKENS)
+
+
+def test_other_request_fields_can_be_set():
+    req = chat_session.build_request(Conversation(), "q", mode="guided", split=3, tail=64, reuse_prefix=False,
+                                     stop_loops=True)
+    assert (req.mode, req.split, req.reuse_prefix, req.stop_loops) == ("guided", 3, False, True)
+
+
+def test_an_untitled_conversation_is_named_after_its_document_or_its_first_question():
+    conv = Conversation()
+    chat_session.attach(conv, Path("notes") / "harbour.txt", DOC)
+    assert conv.title == "harbour.txt" and conv.document == Document("harbour.txt", DOC)
+    chat_session.attach(conv, "other.md", "x")
+    assert conv.title == "harbour.txt" and conv.document.name == "other.md"  # named once
+    conv = Conversation()
+    answer = chat_session.ask(conv, "What is the name of the lighthouse keeper's cat, please?")
+    assert conv.title == "What is the name of the lighthouse keepe"  # its first 40 characters
+    assert conv.messages == [Message("user", "What is the name of the lighthouse keeper's cat, please?"), answer]
+    assert (answer.role, answer.content, answer.complete) == ("assistant", "", False)
+    chat_session.ask(conv, "And the dog?")
+    assert conv.title.startswith("What is") and chat_session.answer_count(conv) == 2
+
+
+def test_the_session_model_imports_no_qt():
+    code = ("import sys, app.chat_session; bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('PySide6', 'shiboken6', 'ui')); print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

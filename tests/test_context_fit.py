@@ -1,0 +1,40 @@
+"""A document too long for the model: the advice names the catalogue models whose context holds it."""
+from __future__ import annotations
+
+from backend.hub.catalogue import load_catalogue
+from backend.hub.context_fit import advice, models_that_hold
+from backend.hub.settings import HubSettings
+
+
+def test_only_models_whose_context_holds_the_prompt_are_named_installed_first(tmp_path):
+    hs = HubSettings(cache_root=tmp_path, offline=True)
+    entries = load_catalogue()
+    rows = models_that_hold(20_000, entries, hs)
+    assert rows and all(r["context_length"] >= 20_000 for r in rows)
+    assert "SmolLM2 135M Instruct" not in [r["name"] for r in rows]  # 8K: does not hold 20,000 tokens
+    assert {r["name"] for r in models_that_hold(100_000, entries, hs)} >= {"Gemma 3 4B IT", "Llama 3.1 8B Instruct"}
+    assert "Qwen3 8B" not in {r["name"] for r in models_that_hold(100_000, entries, hs)}  # 32K
+    sizes = [r["size_mb"] for r in rows if r["state"] != "installed"]
+    assert sizes == sorted(sizes)  # the smallest first
+    # the embedded model is installed: it comes first whenever it holds the prompt
+    assert models_that_hold(4_000, entries, hs)[0]["name"] == "SmolLM2 135M Instruct"
+
+
+def test_advice_names_context_and_size_or_says_none_holds_it(tmp_path):
+    hs = HubSettings(cache_root=tmp_path, offline=True)
+    text = advice(20_000, load_catalogue(), hs)
+    assert "Gemma 3 270M IT (32K context, 292 MB" in text and "SmolLM2" not in text
+    assert "No model in the catalogue holds" in advice(10_000_000, load_catalogue(), hs)
+
+
+def test_a_too_long_request_names_the_models_that_hold_it(small_engine):
+    import pytest
+
+    from backend.completion import complete
+    from backend.errors import DocumentTooLongError
+    from backend.protocol import CompletionRequest
+
+    with pytest.raises(DocumentTooLongError) as err:  # a 2K context; the embedded model's 8K holds it
+        complete(small_engine, CompletionRequest(prompt="word " * 3000, max_tokens=16))
+    assert "Models whose context holds it: SmolLM2 135M Instruct (8K context" in str(err.value)
+    assert err.value.prompt_tokens > 2048 and err.value.advice

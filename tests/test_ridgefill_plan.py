@@ -1,0 +1,210 @@
+"""plan.py's decisions on a fake engine (no model): every refusal and fallback, and what a plan holds.
+
+The fake engine has what the planner reads: `info`, `ubatch_rows` and the RidgeFill runtime in its slot
+(`ridgefill_runtime`, which runtime.runtime() hands out as it is)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from backend.engine import ExactPrefill
+from backend.model_file import ModelInfo
+from backend.protocol import CompletionRequest
+from backend.ridgefill.defaults import DEFAULT_TAIL, MIN_BULK, MIN_TAIL
+from backend.ridgefill.maps import MapsMissing, MapsRefused
+from backend.ridgefill.plan import RidgeFillPlan, plan_prefill, plan_ridgefill, refusal
+
+N_LAYER = 30
+SPLIT = 12  # SmolLM2's measured split (defaults.MEASURED_SPLITS), the default of the fake model below
+LONG = 4000  # tokens: bulk rows to spare at any tail used here
+
+
+def _info(architecture: str = "llama", n_layer: int = N_LAYER, n_embd: int = 576) -> ModelInfo:
+    return ModelInfo(path="fake.gguf", architecture=architecture, name="fake", n_layer=n_layer, n_embd=n_embd,
+                     n_head=9, n_head_kv=3, n_ctx_train=8192, file_type=None, size_bytes=0, chat_template=None)
+
+
+@dataclass
+class FakeMaps:
+    split: int = SPLIT
+    layers: tuple = tuple(range(SPLIT + 1, N_LAYER))
+    folder: str = "fake-s12"
+    warnings: list = field(default_factory=list)
+
+
+@dataclass
+class FakeRuntime:
+    refused: str | None = None
+    swa_layers: set = field(default_factory=set)
+    min_split: int = 1
+    found: object = field(default_factory=FakeMaps)  # what maps() gives, or the exception it raises
+    asked: list = field(default_factory=list)  # the splits maps() was asked for
+
+    def maps(self, split: int):
+        self.asked.append(split)
+        if isinstance(self.found, Exception):
+            raise self.found
+        return self.found
+
+
+@dataclass
+class FakeEngine:
+    info: ModelInfo = field(default_factory=_info)
+    ridgefill_runtime: FakeRuntime = field(default_factory=FakeRuntime)
+    ubatch_rows: int = 512
+
+
+def _exact_note(plan) -> str:
+    assert isinstance(plan, ExactPrefill), plan
+    return plan.note
+
+
+# ---- refusals before any maps are looked up ---------------------------------------------------------
+
+def test_an_unknown_mode_runs_exact():
+    eng = FakeEngine()
+    assert "unknown mode 'turbo'" in refusal(eng, LONG, "turbo", SPLIT, 64)
+    assert "unknown mode 'off'" in _exact_note(plan_ridgefill(eng, LONG, "off", SPLIT, 64))
+
+
+@pytest.mark.parametrize("split", [0, N_LAYER, -1, N_LAYER + 5])
+def test_a_split_out_of_range_runs_exact(split):
+    note = _exact_note(plan_ridgefill(FakeEngine(), LONG, "speed", split, 64))
+    assert f"split {split} is outside 1..{N_LAYER - 1}" in note
+
+
+@pytest.mark.parametrize("split", [1, N_LAYER - 1])
+def test_the_splits_at_the_ends_of_the_range_are_taken(split):
+    eng = FakeEngine(ridgefill_runtime=FakeRuntime(found=FakeMaps(split, tuple(range(split + 1, N_LAYER)))))
+    assert refusal(eng, LONG, "speed", split, 64) is None
+    assert isinstance(plan_ridgefill(eng, LONG, "speed", split, 64), RidgeFillPlan)
+
+
+def test_a_tail_below_the_minimum_runs_exact():
+    eng = FakeEngine()
+    assert f"tail {MIN_TAIL - 1} is below the minimum {MIN_TAIL}" in refusal(eng, LONG, "speed", SPLIT, MIN_TAIL - 1)
+    assert refusal(eng, LONG, "speed", SPLIT, MIN_TAIL) is None
+
+
+def test_too_few_bulk_rows_run_exact():
+    eng = FakeEngine()
+    assert f"fewer than {MIN_BULK:,}" in refusal(eng, 64 + MIN_BULK - 1, "speed", SPLIT, 64)
+    assert refusal(eng, 64 + MIN_BULK, "speed", SPLIT, 64) is None
+
+
+def test_plumb_counts_its_bulk_in_whole_chunks():
+    eng = FakeEngine(ubatch_rows=768)  # 64 + 1,100 tokens: speed has 1,100 bulk rows, plumb one chunk of 768
+    assert refusal(eng, 64 + 1100, "speed", SPLIT, 64) is None
+    assert "768 rows before the 64-token exact tail" in refusal(eng, 64 + 1100, "plumb", SPLIT, 64)
+
+
+def test_a_split_below_a_cache_groups_first_layer_is_refused_up_front():
+    rt = FakeRuntime(min_split=6)  # gemma3: the global cache's first layer is 5
+    eng = FakeEngine(ridgefill_runtime=rt)
+    why = refusal(eng, LONG, "speed", 5, 64)
+    assert why and "at least 6" in why and "layer 5" in why
+    assert rt.asked == [] and refusal(eng, LONG, "speed", 6, 64) is None
+
+
+def test_min_split_is_one_above_the_last_cache_groups_first_layer():
+    from types import SimpleNamespace
+
+    from backend.ridgefill.runtime import _min_split
+
+    gemma = SimpleNamespace(layers={il: SimpleNamespace(k_index="g" if il % 6 == 5 else "s") for il in range(18)})
+    assert _min_split(gemma) == 6
+    one = SimpleNamespace(layers={il: SimpleNamespace(k_index="k") for il in range(30)})
+    assert _min_split(one) == 1
+
+
+def test_a_refused_runtime_runs_exact_with_its_reason():
+    eng = FakeEngine(ridgefill_runtime=FakeRuntime(refused="RidgeFill is off: no F16 cache."))
+    assert refusal(eng, LONG, "speed", SPLIT, 64) == "RidgeFill is off: no F16 cache."
+    assert _exact_note(plan_ridgefill(eng, LONG, "guided", SPLIT, 64)) == "RidgeFill is off: no F16 cache."
+    # the request's own faults are named first
+    assert "unknown mode" in refusal(eng, LONG, "turbo", SPLIT, 64)
+
+
+# ---- sliding-window layers, plumb and maps --------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["guided", "quality"])
+def test_a_redecoding_mode_runs_as_speed_on_sliding_window_layers(mode):
+    eng = FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2}))
+    plan = plan_ridgefill(eng, LONG, mode, SPLIT, 64)
+    assert isinstance(plan, RidgeFillPlan) and plan.mode == "speed"
+    assert plan.note == f"{mode} mode needs a model without sliding-window layers: ran speed."
+
+
+def test_modes_run_as_asked_without_sliding_window_layers():
+    for mode in ("speed", "quality", "guided"):
+        plan = plan_ridgefill(FakeEngine(), LONG, mode, SPLIT, 64)
+        assert plan.mode == mode and plan.note == ""
+    plan = plan_ridgefill(FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0})), LONG, "speed", SPLIT, 64)
+    assert plan.mode == "speed" and plan.note == ""
+
+
+def test_plumb_needs_no_maps():
+    rt = FakeRuntime(found=MapsMissing("no maps here"))
+    plan = plan_ridgefill(FakeEngine(ridgefill_runtime=rt), LONG, "plumb", SPLIT, 64, write_late=False)
+    assert isinstance(plan, RidgeFillPlan) and plan.mode == "plumb" and plan.maps is None
+    assert plan.write_late is False and rt.asked == []
+
+
+@pytest.mark.parametrize("error", [MapsMissing("no maps for split 12"), MapsRefused("a map file changed")])
+def test_maps_missing_or_refused_run_exact(error):
+    rt = FakeRuntime(found=error)
+    note = _exact_note(plan_ridgefill(FakeEngine(ridgefill_runtime=rt), LONG, "guided", SPLIT, 64))
+    assert note == f"RidgeFill maps unavailable ({error}); ran exact." and rt.asked == [SPLIT]
+
+
+def test_maps_for_another_split_run_exact():
+    eng = FakeEngine()
+    other = FakeMaps(split=9, layers=tuple(range(10, N_LAYER)))
+    assert "the maps are for split 9" in _exact_note(plan_ridgefill(eng, LONG, "speed", SPLIT, 64, maps=other))
+    wrong_layers = FakeMaps(layers=tuple(range(SPLIT + 2, N_LAYER)))  # says split 12, lacks layer 13
+    assert "not split 12" in _exact_note(plan_ridgefill(eng, LONG, "speed", SPLIT, 64, maps=wrong_layers))
+
+
+def test_a_plan_carries_its_maps_tag_and_warnings():
+    maps = FakeMaps(warnings=["made for another quantisation"])
+    eng = FakeEngine(ridgefill_runtime=FakeRuntime(found=maps))
+    plan = plan_ridgefill(eng, LONG, "quality", SPLIT, 128, share=0.25)
+    assert (plan.mode, plan.split, plan.tail, plan.share) == ("quality", SPLIT, 128, 0.25)
+    assert plan.maps is maps and plan.tag == "s12:fake-s12" and plan.warnings == ["made for another quantisation"]
+    assert plan.warnings is not maps.warnings  # the plan's own list
+
+
+# ---- the request-level planner ---------------------------------------------------------------------------
+
+def test_mode_off_runs_exact_without_a_note():
+    rt = FakeRuntime(refused="never asked")
+    plan = plan_prefill(FakeEngine(ridgefill_runtime=rt), CompletionRequest(prompt="x", mode="off"), LONG)
+    assert isinstance(plan, ExactPrefill) and plan.note == "" and rt.asked == []
+
+
+def test_a_request_gets_the_model_defaults_unless_it_asks():
+    eng = FakeEngine()
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
+    assert (plan.mode, plan.split, plan.tail) == ("guided", SPLIT, DEFAULT_TAIL)
+    eng.ridgefill_runtime.found = FakeMaps(9, tuple(range(10, N_LAYER)), "fake-s09")
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="speed", split=9, tail=256, quality_share=0.5), LONG)
+    assert (plan.split, plan.tail, plan.share, plan.tag) == (9, 256, 0.5, "s9:fake-s09")
+    assert eng.ridgefill_runtime.asked == [SPLIT, 9]
+
+
+def test_a_request_is_refused_like_a_plan():
+    note = _exact_note(plan_prefill(FakeEngine(), CompletionRequest(prompt="x", mode="speed"), 100))
+    assert f"fewer than {MIN_BULK:,}" in note
+
+
+def test_gemma3_gets_its_window_as_tail_and_guided_runs_as_speed():
+    from backend.ridgefill.defaults import SLIDING_WINDOW_TAIL, default_mode
+
+    info = _info("gemma3", n_layer=18, n_embd=640)
+    maps = FakeMaps(12, tuple(range(13, 18)), "gemma-s12")
+    eng = FakeEngine(info=info, ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
+    assert (plan.mode, plan.split, plan.tail) == ("speed", 12, SLIDING_WINDOW_TAIL) and "ran speed" in plan.note
+    assert default_mode(info) == plan.mode  # the mode shown is the mode that runs
+    assert default_mode(_info()) == "guided"
