@@ -22,6 +22,7 @@ from app.engine_protocol import (
     CancelTask,
     CountRequest,
     CountResult,
+    DocumentState,
     EngineFatal,
     EngineReady,
     EngineSettings,
@@ -48,10 +49,16 @@ Handler = Callable[[Any, Any, Callable[[Any], None], Callable[[], bool]], Any]  
 
 
 # ---- one handler per task kind ----------------------------------------------------------------
-def _complete(engine, req, on_event, cancel):
+def _complete(engine, req, on_event, cancel, *, prompt_cache=None):
     from backend.completion import complete
 
-    return complete(engine, req, on_event=on_event, cancel=cancel)
+    return complete(engine, req, on_event=on_event, cancel=cancel, prompt_cache=prompt_cache)
+
+
+def _cache_clear(engine, payload, on_event, cancel, *, prompt_cache=None) -> int:
+    from backend.prompt_cache import PromptCache
+
+    return (prompt_cache or PromptCache()).clear()
 
 
 def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
@@ -171,9 +178,13 @@ HANDLERS: dict[TaskKind, Handler] = {
     TaskKind.GET_MAPS: _get_maps,
     TaskKind.TUNE: _tune,
     TaskKind.RECALL: _recall,
+    TaskKind.CACHE_CLEAR: _cache_clear,
     TaskKind.PING: _ping,
     TaskKind.CRASH_FOR_TEST: _crash,
 }
+# Tasks that leave sequence 0 as it was: the idle work (save, refine) on what it holds goes on after them.
+KEEPS_THE_DOCUMENT = {TaskKind.COUNT, TaskKind.MAPS_STATUS, TaskKind.CACHE_CLEAR, TaskKind.PING}
+STATUS_EVERY_S = 0.5  # the document's state (tokens, share exact) is sent at most this often while refining
 
 
 class _CancelBook:
@@ -222,14 +233,15 @@ def _warm_up(engine) -> None:
         logging.getLogger("engine").debug("RidgeFill warm-up failed", exc_info=True)
 
 
-def _run_task(engine, task: TaskMessage, events, book: _CancelBook) -> None:
+def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HANDLERS) -> bool:
+    """Serve one task; True when it ended in TaskDone."""
     from backend.errors import Cancelled, RidgeFillError
 
     tid = task.id
     book.starting(tid)
     if book.is_cancelled(tid):
         events.put(TaskCancelled(tid, "cancelled before it started"))
-        return
+        return False
 
     def cancel() -> bool:
         return book.is_cancelled(tid)
@@ -238,7 +250,8 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook) -> None:
         events.put(TaskEvent(tid, ev))
 
     try:
-        events.put(TaskDone(tid, HANDLERS[task.kind](engine, task.payload, on_event, cancel)))
+        events.put(TaskDone(tid, handlers[task.kind](engine, task.payload, on_event, cancel)))
+        return True
     except Cancelled as exc:
         events.put(TaskCancelled(tid, str(exc)))
     except RidgeFillError as exc:
@@ -246,6 +259,48 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook) -> None:
     except Exception as exc:  # noqa: BLE001 - a bug in a handler must not kill the engine
         logging.getLogger("engine").exception("task %s failed", task.kind.value)
         events.put(TaskFailed(tid, type(exc).__name__, f"unexpected failure in {task.kind.value}: {exc}"))
+    return False
+
+
+class _IdleLoop:
+    """The child's idle work (backend/idle_work.py) between tasks, and the document's state sent to the
+    parent as it goes (DocumentState)."""
+
+    def __init__(self, engine, settings: EngineSettings, events):
+        from functools import partial
+
+        from backend.idle_work import IdleWork
+        from backend.prompt_cache import PromptCache
+
+        cache = PromptCache(limit_bytes=settings.cache_limit_bytes) if settings.prompt_cache else None
+        self.work = IdleWork(engine, cache, refine=settings.refine)
+        self.handlers = {**HANDLERS, TaskKind.COMPLETE: partial(_complete, prompt_cache=cache),
+                         TaskKind.CACHE_CLEAR: partial(_cache_clear, prompt_cache=cache)}
+        self.events = events
+        self._sent_at = 0.0
+
+    def after(self, task: TaskMessage, done: bool) -> None:
+        if task.kind == TaskKind.COMPLETE and done:
+            self.work.after_completion()
+        elif task.kind not in KEEPS_THE_DOCUMENT:
+            self.work.forget()  # the context was used otherwise, or the prefill stopped midway
+        if task.kind in (TaskKind.COMPLETE, TaskKind.CACHE_CLEAR):
+            self.send_status()
+
+    def step(self, tasks) -> None:
+        """One piece of idle work; a waiting task stops a save between its pieces."""
+        try:
+            self.work.step(should_stop=lambda: not tasks.empty())
+        except Exception:  # noqa: BLE001 - a bug in the idle work must not kill the engine
+            logging.getLogger("engine").exception("idle work failed")
+            self.work.forget()
+            self.work.engine.truncate_cache(0)  # rows half made exact must not be reused
+        if not self.work.pending or time.monotonic() - self._sent_at >= STATUS_EVERY_S:
+            self.send_status()
+
+    def send_status(self) -> None:
+        self._sent_at = time.monotonic()
+        self.events.put(DocumentState(self.work.status()))
 
 
 def _end_with_parent() -> None:
@@ -300,16 +355,20 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
         return
     events.put(EngineStarted(_ready(engine, time.perf_counter() - t0)))
     book = _CancelBook(cancels)
+    idle = _IdleLoop(engine, settings, events)
     warmed = not settings.warm_up
     while True:
         try:
-            task = tasks.get(timeout=IDLE_WAIT_S)
+            task = tasks.get_nowait() if warmed and idle.work.pending else tasks.get(timeout=IDLE_WAIT_S)
         except queue.Empty:
             if not warmed:
                 warmed = True
-                _warm_up(engine)
+                if not idle.work.pending:  # the warm-up clears the context: never under a held document
+                    _warm_up(engine)
+            elif idle.work.pending:
+                idle.step(tasks)
             continue
         if isinstance(task, StopEngine):
             break
-        _run_task(engine, task, events, book)
+        idle.after(task, _run_task(engine, task, events, book, idle.handlers))
     engine.close()

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.engine_process import EngineProcess
 from app.engine_protocol import (
+    DocumentState,
     EngineCrashed,
     EngineFatal,
     EngineReady,
@@ -188,6 +189,7 @@ class EngineClient(TaskClient):
     ready = Signal(object)  # EngineReady
     crashed = Signal(str)  # the child died; its tasks failed and a new one is starting
     fatal = Signal(str)  # the engine cannot start (bad model file, too many crashes)
+    document_changed = Signal(object)  # backend/idle_work.py DocumentStatus: the prompt saved, made exact
 
     def __init__(self, settings: EngineSettings, parent: QObject | None = None, *, auto_restart: bool = True):
         self.process = EngineProcess(settings, auto_restart=auto_restart)
@@ -229,5 +231,7 @@ class EngineClient(TaskClient):
             self.crashed.emit(msg.message)
         elif isinstance(msg, EngineFatal):
             self.fatal.emit(msg.message)
+        elif isinstance(msg, DocumentState):
+            self.document_changed.emit(msg.status)
         else:
             super()._on_message(msg)

@@ -22,6 +22,7 @@ from app.engine_child import child_main
 from app.engine_protocol import (
     PAYLOAD_TYPES,
     CancelTask,
+    DocumentState,
     EngineCrashed,
     EngineFatal,
     EngineReady,
@@ -56,6 +57,7 @@ class EngineProcess:
         self.settings = settings
         self.auto_restart = auto_restart
         self.info: EngineReady | None = None
+        self.document = None  # the child's last DocumentState status (backend/idle_work.py)
         self.pending: dict[int, TaskKind] = {}
         self._ctx = mp.get_context("spawn")
         self._ids = itertools.count(1)  # never reset: a late message from an old child matches no task
@@ -175,6 +177,9 @@ class EngineProcess:
             self._fail_pending(msg.error_type, msg.message)
             fails, self._outbox = self._outbox, []
             return fails + [msg]
+        if isinstance(msg, DocumentState):
+            self.document = msg.status
+            return [msg]
         if isinstance(msg, TaskEvent):
             return [msg] if msg.id in self.pending else []
         if isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):

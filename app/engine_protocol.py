@@ -3,7 +3,8 @@ dataclasses and an enum of task kinds. No Qt here (the engine child and a local 
 
 Parent -> child (the task queue):   TaskMessage, StopEngine
 Parent -> child (the cancel queue): CancelTask
-Child -> parent (the event queue):  EngineStarted, EngineFatal, TaskEvent, TaskDone, TaskFailed, TaskCancelled
+Child -> parent (the event queue):  EngineStarted, EngineFatal, DocumentState, TaskEvent, TaskDone, TaskFailed,
+                                    TaskCancelled
 Made by the parent-side handle itself (app/engine_process.py), when the child dies: EngineCrashed,
 TaskFailed for the tasks it held, and EngineFatal when it will not be restarted.
 
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Union
 
+from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import DEFAULT_N_CTX, CompletionRequest
 
 
@@ -27,6 +29,7 @@ class TaskKind(str, Enum):
     GET_MAPS = "get_maps"  # GetMapsRequest -> GetMapsResult (backend/hub/get_maps.py); events ProgressEvent, StageNote
     TUNE = "tune"  # TuneRequest -> TuneDone; events ProgressEvent, StageNote
     RECALL = "recall"  # RecallRequest -> RecallResult; events RecallRow, ProgressEvent
+    CACHE_CLEAR = "cache_clear"  # None -> int: the prompt cache's entries removed
     PING = "ping"  # None -> "pong"
     CRASH_FOR_TEST = "crash_for_test"  # None -> the child dies as a segfault would
 
@@ -42,6 +45,9 @@ class EngineSettings:
     n_batch: int = 512
     warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
     cache_root: str | None = None  # the user cache (maps, tuned splits, activations); None: backend/user_paths'
+    prompt_cache: bool = True  # load saved prompts, save prefilled ones (backend/prompt_cache.py)
+    cache_limit_bytes: int = DEFAULT_LIMIT_BYTES
+    refine: bool = True  # make approximated rows exact when idle (backend/idle_work.py)
 
 
 @dataclass
@@ -186,6 +192,7 @@ PAYLOAD_TYPES: dict[TaskKind, type | tuple[type, ...]] = {
     TaskKind.GET_MAPS: GetMapsRequest,
     TaskKind.TUNE: TuneRequest,
     TaskKind.RECALL: RecallRequest,
+    TaskKind.CACHE_CLEAR: type(None),
     TaskKind.PING: type(None),
     TaskKind.CRASH_FOR_TEST: type(None),
 }
@@ -233,6 +240,14 @@ class EngineCrashed:
 
 
 @dataclass(frozen=True)
+class DocumentState:
+    """The prompt the engine holds, as it is saved and refined while idle (backend/idle_work.py's
+    DocumentStatus); sent after each answer and as the idle work goes on."""
+
+    status: Any
+
+
+@dataclass(frozen=True)
 class TaskEvent:
     id: int
     event: Any  # ProgressEvent | TokenEvent | RecallRow | ...
@@ -258,4 +273,4 @@ class TaskCancelled:
 
 
 TaskEnd = Union[TaskDone, TaskFailed, TaskCancelled]
-EngineMessage = Union[EngineStarted, EngineFatal, EngineCrashed, TaskEvent, TaskDone, TaskFailed, TaskCancelled]
+EngineMessage = Union[EngineStarted, EngineFatal, EngineCrashed, DocumentState, TaskEvent, TaskDone, TaskFailed, TaskCancelled]

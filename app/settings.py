@@ -35,6 +35,7 @@ class Settings:
     tail: int = 0  # 0 = the default exact tail
     compare_exact: bool = False
     generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
+    prompt_cache_gb: int = 4  # the prompt cache on disk at most this size (0: no prompt cache)
 
     @classmethod
     def path(cls) -> Path:
@@ -70,7 +71,11 @@ class Settings:
         from backend.model_file import embedded_model_path
 
         return EngineSettings(model_path=self.model_path or str(embedded_model_path()), n_ctx=self.n_ctx,
-                              n_threads=self.threads or None, cache_root=self.cache_location or None)
+                              n_threads=self.threads or None, cache_root=self.cache_location or None,
+                              prompt_cache=self.prompt_cache_gb > 0, cache_limit_bytes=self.prompt_cache_bytes())
+
+    def prompt_cache_bytes(self) -> int:
+        return max(0, self.prompt_cache_gb) * 10**9
 
     def hub_settings(self) -> HubSettings:
         """Where the GUI's downloads and map requests go: these settings, else what the app was started

@@ -217,6 +217,34 @@ class Engine:
         """Rows start.. were computed below `split` by a RidgeFill bulk pass; `h` their streams entering it."""
         self._rows.keep_split_streams(split, start, h)
 
+    # ---- sequence 0's state, as llama.cpp saves it (the prompt cache on disk) --------------------
+    @property
+    def llama_cpp_version(self) -> str:
+        """The llama-cpp-python build whose state format state_bytes writes."""
+        return llama_cpp.__version__
+
+    def state_bytes(self) -> bytearray:
+        """Sequence 0's cells as llama.cpp saves them (llama_state_seq_get_data; see backend/seq_state.py)."""
+        n = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buf = bytearray(n)
+        if llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf), n, 0) != n:
+            raise EngineError("llama.cpp could not copy sequence 0's state")
+        return buf
+
+    def load_state(self, state: bytearray, rows: RowRecord) -> None:
+        """Sequence 0 becomes `state` (state_bytes of this model, maybe in another process) and `rows` its
+        record. EngineError, with the cache left empty, when llama.cpp refuses it or it holds another
+        number of rows than the record."""
+        self.truncate_cache(0)
+        n = len(state)
+        read = llama_cpp.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(state), n, 0)
+        held = llama_cpp.llama_memory_seq_pos_max(self._mem, 0) + 1
+        if read != n or held != len(rows):
+            self.truncate_cache(0)
+            raise EngineError(f"llama.cpp took {read:,} of the state's {n:,} bytes, holding {held:,} rows "
+                              f"for a record of {len(rows):,}")
+        self._rows = rows
+
     # ---- eval callback -------------------------------------------------------------------------
     @contextmanager
     def hooked(self, hook: EvalHook) -> Iterator[EvalHook]:

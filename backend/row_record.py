@@ -70,6 +70,18 @@ class RowRecord:
             return None
         return self._streams[at]
 
+    @property
+    def stream_split(self) -> int | None:
+        """The split whose entering streams are kept (None: none are)."""
+        return self._stream_split
+
+    def streams_kept(self, start: int, end: int) -> np.ndarray:
+        """Per row in [start, end): whether its stream entering `stream_split` is kept."""
+        out = np.zeros(max(0, end - start), dtype=bool)
+        have = self._has_stream[start:end]
+        out[: len(have)] = have
+        return out
+
     def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
         """How many leading `tokens` are cached and may be reused: rows that match, each exact or
         approximated under `accept_tag`. At least one token is always left to decode, so the request
@@ -82,6 +94,56 @@ class RowRecord:
         if accept_tag is None:
             n = min(n, self._n_clean)
         return max(0, min(n, len(tokens) - 1))
+
+    @property
+    def n_clean(self) -> int:
+        """The leading rows exactly as the exact model would have written them."""
+        return self._n_clean
+
+    def saved(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The record as JSON-able facts and arrays (for the prompt cache on disk), cells left out: after
+        a state load they are where llama.cpp put them."""
+        runs: list[list] = []  # [start, end, tag] of each run of rows approximated the same way
+        for p, how in enumerate(self._how):
+            if how is None:
+                continue
+            if runs and runs[-1][1] == p and runs[-1][2] == how:
+                runs[-1][1] = p + 1
+            else:
+                runs.append([p, p + 1, how])
+        facts = {"tokens": list(self._tokens), "approximated": runs, "n_clean": self._n_clean,
+                 "stream_split": self._stream_split}
+        kept = np.flatnonzero(self._has_stream[: len(self._tokens)]).astype(np.int64)
+        arrays = {"stream_rows": kept, "streams": np.ascontiguousarray(self._streams[kept])} if len(kept) else {}
+        return facts, arrays
+
+    @classmethod
+    def from_saved(cls, facts: dict, arrays: dict[str, np.ndarray], cells: np.ndarray) -> "RowRecord":
+        """A record made from `saved()`'s output, each row in its cell `cells[row]`; ValueError when the
+        parts disagree with each other."""
+        rows = cls()
+        tokens = [int(t) for t in facts["tokens"]]
+        n = len(tokens)
+        if len(cells) != n or not 0 <= int(facts["n_clean"]) <= n:
+            raise ValueError(f"the record has {n} rows, {len(cells)} cells and {facts['n_clean']} clean rows")
+        rows._tokens, rows._how, rows._cell = tokens, [None] * n, [int(c) for c in cells]
+        for start, end, tag in facts["approximated"]:
+            if not (0 <= start < end <= n and isinstance(tag, str)) or start < int(facts["n_clean"]):
+                raise ValueError(f"approximated rows {start}..{end} do not fit the record")
+            rows._how[start:end] = [tag] * (end - start)
+        rows._n_clean = int(facts["n_clean"])
+        kept = arrays.get("stream_rows")
+        if kept is not None and len(kept):
+            h = arrays["streams"]
+            if facts.get("stream_split") is None or h.ndim != 2 or len(h) != len(kept) or kept.min() < 0 \
+                    or kept.max() >= n:
+                raise ValueError("the kept split streams do not fit the record")
+            rows._stream_split = int(facts["stream_split"])
+            rows._streams = np.zeros((n, h.shape[1]), dtype=np.float32)
+            rows._streams[kept] = h
+            rows._has_stream = np.zeros(n, dtype=bool)
+            rows._has_stream[kept] = True
+        return rows
 
     # ---- writing (only the Engine calls these) ---------------------------------------------------
     def append(self, tokens: list[int], tag: str | None = None) -> None:
@@ -117,7 +179,7 @@ class RowRecord:
         for p in range(max(0, start), min(end, len(self._how))):
             self._how[p] = None
             self._cell[p] = -1 if cells is None else int(cells[p - start])
-        if start <= self._n_clean and end == len(self._tokens):  # nothing after them saw the old rows
+        if start <= self._n_clean:  # their history was clean: rows [0, end) are now as exact wrote them
             self._n_clean = max(self._n_clean, end)
 
     def truncate(self, n_keep: int) -> None:

@@ -11,6 +11,7 @@ The user cache holds:
   maps/         verified map folders, downloaded or fitted here (found by backend/ridgefill/map_store.py)
   activations/  captured calibration activations, one folder per model variant
   downloads/    hub downloads in progress or awaiting verification
+  prompts/      the prompt cache: sequence 0's state after a prefill (backend/prompt_cache.py)
   hf-hub/       huggingface_hub's own cache
 """
 from __future__ import annotations
@@ -75,3 +76,7 @@ def staging_dir(cache_root: Path | None = None) -> Path:
 
 def hf_cache_dir(cache_root: Path | None = None) -> Path:
     return (cache_root or cache_dir()) / "hf-hub"
+
+
+def prompts_dir(cache_root: Path | None = None) -> Path:
+    return (cache_root or cache_dir()) / "prompts"

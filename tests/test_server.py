@@ -309,3 +309,14 @@ def test_stop_filter_holds_back_what_may_start_a_stop_sequence():
     assert f.text + f.flush() == "Hello ENd world\nx"
     g = StopFilter(["xyz"])
     assert [g.feed(p) for p in ["ab", "x", "y"]] == ["ab", "", ""] and g.flush() == "xy" and not g.hit
+
+
+def test_health_shows_the_prompt_cache_the_v1_requests_share(server, client, model):
+    from backend.prompt_cache import DEFAULT_LIMIT_BYTES
+
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=2)
+    deadline = time.monotonic() + 60
+    while "prompt_cache" not in (h := health(server)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pc = h["prompt_cache"]
+    assert pc["tokens"] > 0 and pc["line"].startswith("document ") and pc["cache_limit"] == DEFAULT_LIMIT_BYTES

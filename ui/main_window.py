@@ -71,6 +71,8 @@ class MainWindow(QMainWindow):
         self._build_docks()
         self.engine_label = QLabel("Starting the engine…")
         self.statusBar().addWidget(self.engine_label, 1)
+        self.document_label = QLabel("")  # the prompt the engine holds: "document 4,110 tokens, 62% exact"
+        self.statusBar().addPermanentWidget(self.document_label)
         self._build_menu()
         self._connect()
         self._show_saved_state()
@@ -125,6 +127,7 @@ class MainWindow(QMainWindow):
         self.service.ready.connect(self._on_ready)
         self.service.crashed.connect(self._on_crashed)
         self.service.fatal.connect(self._on_fatal)
+        self.service.document_changed.connect(self._on_document)
         self.controls.split_settled.connect(self.check_maps)
         self.controls.get_maps.connect(self.get_maps)
         self.controls.tune.connect(self.tune)
@@ -258,6 +261,18 @@ class MainWindow(QMainWindow):
         self.controls.set_tuned(getattr(info, "tuned", ""))
         self.check_maps(self.controls.split())
 
+    @Slot(object)
+    def _on_document(self, status) -> None:
+        """The engine's prompt as it is saved and made exact while idle (backend/idle_work.py)."""
+        self.document_label.setText(status.line())
+        self.document_label.setToolTip(status.note or (
+            f"prompt cache: {status.cache_entries} saved, {status.cache_bytes / 1e9:.2f} of "
+            f"{status.cache_limit / 1e9:.0f} GB" if status.cache_limit else "prompt cache off"))
+
+    def clear_prompt_cache(self) -> None:
+        self.service.submit(TaskKind.CACHE_CLEAR, None, owner=self,
+                            on_done=lambda n: self.engine_label.setText(f"Prompt cache cleared ({n} saved prompts)."))
+
     @Slot(str)
     def _on_crashed(self, message: str) -> None:
         self.engine_label.setText(message)
@@ -293,7 +308,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def open_settings(self) -> None:
-        dlg = SettingsDialog(self.settings, self)
+        dlg = SettingsDialog(self.settings, self, clear_cache=self.clear_prompt_cache)
         if dlg.exec():
             restart = dlg.apply()
             self.settings.save()

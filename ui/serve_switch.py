@@ -57,6 +57,10 @@ class QtGateway(QObject):
     def problem(self) -> str:
         return "" if self.client.info is not None else self._problem
 
+    @property
+    def document(self):
+        return self.client.process.document
+
     def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket:
         ticket = Ticket(check_payload(kind, payload), payload, deliver)
         self._submit.emit(ticket)

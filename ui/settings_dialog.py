@@ -1,4 +1,4 @@
-"""Settings: threads, context size, answer room, hub endpoint and token, cache location."""
+"""Settings: threads, context size, answer room, hub endpoint and token, cache location, prompt cache."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,7 @@ from app.settings import Settings
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, parent=None):
+    def __init__(self, settings: Settings, parent=None, *, clear_cache=None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.settings = settings
@@ -50,6 +50,23 @@ class SettingsDialog(QDialog):
         cache_w = QWidget()
         cache_w.setLayout(cache_row)
         cache_row.setContentsMargins(0, 0, 0, 0)
+        self.prompt_cache = QSpinBox()
+        self.prompt_cache.setRange(0, 1000)
+        self.prompt_cache.setSuffix(" GB")
+        self.prompt_cache.setSpecialValueText("off")
+        self.prompt_cache.setValue(settings.prompt_cache_gb)
+        self.prompt_cache.setToolTip("Documents prefilled once are kept on disk up to this size; the least "
+                                     "recently used go first.")
+        self.clear_cache = QPushButton("Clear")
+        self.clear_cache.setEnabled(clear_cache is not None)
+        if clear_cache is not None:
+            self.clear_cache.clicked.connect(clear_cache)
+        prompt_row = QHBoxLayout()
+        prompt_row.addWidget(self.prompt_cache, 1)
+        prompt_row.addWidget(self.clear_cache)
+        prompt_row.setContentsMargins(0, 0, 0, 0)
+        prompt_w = QWidget()
+        prompt_w.setLayout(prompt_row)
         form = QFormLayout(self)
         form.addRow("CPU threads", self.threads)
         form.addRow("Context size (tokens)", self.ctx)
@@ -57,7 +74,9 @@ class SettingsDialog(QDialog):
         form.addRow("Hub endpoint", self.endpoint)
         form.addRow("Hub token", self.token)
         form.addRow("Cache location", cache_w)
-        form.addRow(QLabel("Threads, context size, hub and cache location restart the engine. The theme follows the system."))
+        form.addRow("Prompt cache size", prompt_w)
+        form.addRow(QLabel("Threads, context size, hub, cache location and prompt cache size restart the engine. "
+                           "The theme follows the system."))
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -73,8 +92,9 @@ class SettingsDialog(QDialog):
         threads, context size and the cache location (maps, tuned splits, activations) when it starts
         (Settings.engine_settings); a hub change restarts it too, so no task on the old hub goes on."""
         s = self.settings
-        before = (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location)
+        before = (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location, s.prompt_cache_gb)
         s.threads, s.n_ctx, s.max_tokens = self.threads.value(), self.ctx.value(), self.max_tokens.value()
         s.hub_endpoint, s.hub_token = self.endpoint.text().strip(), self.token.text().strip()
         s.cache_location = self.cache.text().strip()
-        return before != (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location)
+        s.prompt_cache_gb = self.prompt_cache.value()
+        return before != (s.threads, s.n_ctx, s.hub_endpoint, s.hub_token, s.cache_location, s.prompt_cache_gb)

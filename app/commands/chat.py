@@ -8,6 +8,8 @@ from app.commands.common import format_timings, open_engine, stderr_progress
 from app.commands.sampling_args import add_sampling_args, sampling_from_args
 from backend.completion import complete
 from backend.documents import document_messages, read_document
+from backend.idle_work import IdleWork
+from backend.prompt_cache import PromptCache
 from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, TokenEvent
 from backend.ridgefill.defaults import default_mode
 from backend.stopping import LOOP_NOTE
@@ -25,6 +27,10 @@ def register(sub) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="end the answer before TEXT (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_sampling_args(p)
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither load nor save the prompt cache (a document is otherwise saved once prefilled)")
+    p.add_argument("--refine", action="store_true",
+                   help="before exiting, make the approximated rows exact and save the cache again")
     p.set_defaults(func=run)
 
 
@@ -48,13 +54,27 @@ def run(args) -> int:
         if stream and isinstance(event, TokenEvent):
             print(event.text, end="", flush=True)
 
-    result = complete(engine, request, on_event=on_event)
+    cache = None if args.no_cache else PromptCache()
+    result = complete(engine, request, on_event=on_event, prompt_cache=cache)
+    document = _keep_document(engine, cache, args.refine)
     if args.json:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
-                          "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict()}))
+                          "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict(),
+                          "document": document.as_dict()}))
         return 0
     print(("" if stream else result.text) + "\n")
     print(format_timings(result.timings))
     if result.finish_reason == "loop":
         print(f"  {LOOP_NOTE}")
+    if document.tokens:
+        saved = "saved" if document.saved else "not saved"
+        print(f"  {'prompt cache':<20} {document.line()}, {saved}" + (f" ({document.note})" if document.note else ""))
     return 0
+
+
+def _keep_document(engine, cache, refine: bool):
+    """Save what the engine holds (and with `refine`, make it exact first, then save it again)."""
+    work = IdleWork(engine, cache, refine=refine)
+    work.after_completion()
+    work.run()
+    return work.status()

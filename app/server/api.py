@@ -196,6 +196,9 @@ class ApiServer:
             body["model"] = model_id(info)
         else:
             body["problem"] = self.gateway.problem
+        document = getattr(self.gateway, "document", None)  # the prompt cache the /v1 requests share
+        if document is not None:
+            body["prompt_cache"] = {**document.as_dict(), "line": document.line()}
         return JSONResponse(body, status_code=200 if info else 503)
 
     async def models(self, request: Request) -> JSONResponse:

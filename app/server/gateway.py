@@ -68,6 +68,9 @@ class EngineGateway(Protocol):
     @property
     def problem(self) -> str: ...  # why the engine is not ready, in words ("" when it is)
 
+    @property
+    def document(self) -> Any: ...  # the engine's prompt as saved and refined (backend/idle_work.py), or None
+
     def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket: ...
 
     def cancel(self, ticket: Ticket) -> None: ...
@@ -137,6 +140,10 @@ class ProcessGateway:
     @property
     def problem(self) -> str:
         return self._problem
+
+    @property
+    def document(self) -> Any:
+        return self.process.document
 
     # -- tasks (any thread) --
     def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket:

@@ -9,6 +9,7 @@ Where things are (no imports here, so importing the package costs nothing):
 - defaults          default split and tail per model, MIN_BULK
 - quality_rows      quality's choice of the bulk rows to make exact again
 - redecode          redecode_exact: chosen bulk rows decoded again through every layer (quality, guided)
+- refine            Refinement: in idle time, every row from the first unclean one made exact, in order
 - calibration       the calibration run: calibration_corpus (the text) -> capture_plan (its parts, the
                     disk check) -> activation_store (the activations on disk, read back by the fit)
 - maps, fitting, fingerprint, map_format, map_store   ridge maps (fit, store, verify)

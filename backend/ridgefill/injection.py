@@ -164,13 +164,15 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
         start = engine.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
         engine.truncate_cache(start)
     report.cache_n = start
-    kept: list[np.ndarray] | None = [] if plan.mode in ("quality", "guided") else None
+    # The streams entering the split stay with the rows: quality, guided, a follow-up and the idle
+    # refinement (refine.py) skip the lower layers with them. A sliding-window model decodes no row again.
+    kept: list[np.ndarray] | None = [] if plan.write_late and not rt.swa_layers else None
     report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
                               t0=t0, keep_streams=kept)
     pos = max(start, bulk_end)
+    if kept:
+        engine.keep_split_streams(plan.split, start, np.concatenate(kept))
     if plan.mode in ("quality", "guided"):
-        if kept:
-            engine.keep_split_streams(plan.split, start, np.concatenate(kept))
         streams = SplitStreams(rt.layout, plan.split, engine.row_record)
         report.exact_n = _make_rows_exact(engine, rt, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):

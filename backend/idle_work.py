@@ -1,0 +1,126 @@
+"""What the engine does while no task waits: sequence 0's prompt saved to the prompt cache, its
+approximated rows made exact (ridgefill/refine.py), then saved again, exact.
+
+The one owner of that work, a cooperative task: `step()` does one piece (one save, or one refinement
+chunk) and returns; whoever runs the engine (the engine child, `chat --refine`) calls it while nothing
+else waits, so a new task preempts it at the next piece boundary. There is work only for a prompt that
+was prefilled whole and answered (`after_completion`); a task that used the context otherwise, or a
+prefill that was cancelled midway, leaves nothing to save (`forget`).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from .errors import RidgeFillError
+from .prompt_cache import PromptCache
+from .prompt_reuse import save_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DocumentStatus:
+    """The prompt the engine holds, as the status bar and /health show it."""
+
+    tokens: int = 0
+    exact_rows: int = 0  # the leading rows as the exact model wrote them
+    refining: bool = False
+    saved: bool = False  # on disk as it is now
+    note: str = ""  # why refinement or saving stopped, if they did
+    cache_entries: int = 0
+    cache_bytes: int = 0
+    cache_limit: int = 0
+
+    def line(self) -> str:
+        """"document 4,110 tokens, 62% exact", then "document 4,110 tokens, exact"."""
+        if not self.tokens:
+            return ""
+        exact = "exact" if self.exact_rows >= self.tokens else f"{self.exact_rows / self.tokens:.0%} exact"
+        return f"document {self.tokens:,} tokens, {exact}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class IdleWork:
+    """Save, refine, save again: for `engine`'s sequence 0, one piece per `step()`."""
+
+    def __init__(self, engine, cache: PromptCache | None, *, refine: bool = True):
+        self.engine = engine
+        self.cache = cache
+        self.refine = refine
+        self._document: list[int] | None = None  # the tokens the work is for
+        self._saved = False
+        self._save_note = self._refine_note = ""
+        self._refinement = None
+
+    def after_completion(self) -> None:
+        """The engine just answered a prompt it prefilled whole: save and refine what it holds."""
+        self._document = self.engine.kv_tokens
+        self._saved = False
+        self._save_note = self._refine_note = ""
+
+    def forget(self) -> None:
+        """The context was used for something else (or a prefill stopped midway): nothing to do."""
+        self._document = None
+
+    @property
+    def pending(self) -> bool:
+        if self._document is None or self.engine.kv_tokens != self._document:
+            return False
+        return (not self._saved and self.cache is not None) or self._may_refine()
+
+    def _may_refine(self) -> bool:
+        return self.refine and not self._refine_note and not self.engine.row_record.all_exact
+
+    def step(self, should_stop: Callable[[], bool] | None = None) -> bool:
+        """One piece of the work; False when there was none. `should_stop` is asked between pieces of
+        a save (a stopped save is done again later)."""
+        if not self.pending:
+            return False
+        if self.cache is not None and not self._saved:
+            self._save(should_stop)
+            return True
+        self._refine_chunk()
+        if self.engine.row_record.all_exact:
+            self._saved = False  # save it again, exact
+        return True
+
+    def _save(self, should_stop: Callable[[], bool] | None) -> None:
+        try:
+            entry = save_rows(self.engine, self.cache, cancel=should_stop)
+        except OSError as exc:  # a full disk: prompt_cache left nothing behind
+            log.warning("prompt cache: saving failed: %s", exc)
+            self._save_note = f"the prompt could not be saved ({exc.strerror or exc})"
+            self._saved = True
+            return
+        self._saved = entry is not None or should_stop is None or not should_stop()  # a stopped save runs again
+
+    def _refine_chunk(self) -> None:
+        from .ridgefill.refine import Refinement
+
+        if self._refinement is None or self._refinement.engine is not self.engine:
+            self._refinement = Refinement(self.engine)
+        try:
+            self._refinement.step()
+        except RidgeFillError as exc:  # refused (a sliding-window model, a full context) or a graph surprise
+            log.info("refinement stopped: %s", exc)
+            self._refine_note = f"refinement stopped: {exc}"
+
+    def run(self, should_stop: Callable[[], bool] | None = None) -> None:
+        """Steps until there is no work left or `should_stop()` (the CLI: until the end)."""
+        while not (should_stop is not None and should_stop()) and self.step(should_stop):
+            pass
+
+    def status(self) -> DocumentStatus:
+        rows = self.engine.row_record
+        st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),
+                            saved=self._saved and self._document is not None,
+                            note=" ".join(n for n in (self._save_note, self._refine_note) if n))
+        if self.cache is not None:
+            entries = self.cache.entries()
+            st.cache_entries, st.cache_bytes = len(entries), sum(e.n_bytes for e in entries)
+            st.cache_limit = self.cache.limit_bytes
+        return st

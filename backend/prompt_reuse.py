@@ -1,0 +1,211 @@
+"""A request starts from the longest saved prefix of its prompt; the engine's sequence 0 is saved back.
+
+`with_saved_prefixes(planner, cache)` wraps every strategy the planner decides: before it runs, the
+entry of backend/prompt_cache.py that this request may reuse most of (its rows exact, or approximated
+the way this request's plan would write them: the row record's own rule) is loaded into sequence 0,
+when it gives more than what the engine holds already, and the strategy's prefix reuse takes it from
+there (`cache_n` counts it). A refused entry is removed and the prompt prefilled as if there were none,
+the reason in the timings note. `save_rows` writes sequence 0 and its row record back.
+
+After a state load the cells are where llama.cpp put them: each row's cell is derived from the state's
+cell order (seq_state.StateLayout.cells_after_load), never taken from the saved record, and checked
+against the first layer's K rows in the live cache where RidgeFill will read cells.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .engine import CancelCheck, Engine, EventSink, Planner, PrefillReport, PrefillStrategy
+from .errors import EngineError
+from .row_record import RowRecord
+from .prompt_cache import Build, Entry, EntryRefused, PromptCache
+from .protocol import CompletionRequest
+from .seq_state import MARK_BYTES, read_layout
+
+log = logging.getLogger(__name__)
+
+MIN_SAVE_ROWS = 256  # shorter prompts prefill in well under a second: not worth an entry
+
+
+def model_key(engine: Engine, cache: PromptCache | None = None) -> str:
+    """The model's variant key (backend/ridgefill/fingerprint.py: identity and weights). Parsing the GGUF
+    takes seconds, which a reopened document's first answer must not pay: the key is kept per file (path,
+    size, mtime) in the cache folder's KEYS_FILE once found."""
+    from .ridgefill.fingerprint import model_fingerprint, variant_key
+
+    path = Path(engine.info.path).resolve()
+    st = path.stat()
+    stamp = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    memo = cache.root / KEYS_FILE if cache is not None else None
+    known = _read_keys(memo)
+    if stamp not in known:
+        known[stamp] = variant_key(model_fingerprint(path))
+        if memo is not None:
+            try:
+                memo.parent.mkdir(parents=True, exist_ok=True)
+                tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
+                tmp.write_text(json.dumps(known), encoding="utf-8")
+                os.replace(tmp, memo)
+            except OSError:
+                pass  # only a memo
+    return known[stamp]
+
+
+KEYS_FILE = ".model-keys.json"  # hidden: not an entry
+
+
+def _read_keys(memo: Path | None) -> dict:
+    if memo is None:
+        return {}
+    try:
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def build_of(engine: Engine, state: bytes) -> Build:
+    return Build(engine.llama_cpp_version, read_layout(state).mark.hex())
+
+
+def _saved_rows(entry: Entry) -> RowRecord:
+    facts = entry.header["record"]
+    return RowRecord.from_saved(facts, {}, np.full(len(facts["tokens"]), -1))
+
+
+def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> tuple[Entry | None, int]:
+    """The entry this request may reuse the most rows of, and how many, if more than the engine holds."""
+    best, most = None, engine.reusable_prefix(tokens, accept_tag)
+    for entry in cache.entries(model_key(engine, cache)):
+        if entry.header.get("n_tokens", 0) > engine.n_ctx:
+            continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
+        try:
+            n = _saved_rows(entry).reusable_prefix(tokens, accept_tag)
+        except (ValueError, KeyError, TypeError):
+            n = len(tokens)  # a record that does not read: load() says why and removes it
+        if n > most:
+            best, most = entry, n
+    return best, most
+
+
+def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> str:
+    """Load the best entry for `tokens` into sequence 0; "" or the note saying why one was refused."""
+    entry, _ = best_entry(engine, cache, tokens, accept_tag)
+    if entry is None:
+        return ""
+    t0 = time.perf_counter()
+    try:
+        loaded = cache.load(entry, model_key=model_key(engine, cache), build=_build_here(engine))
+        cells = loaded.layout.cells_after_load()
+        rows = RowRecord.from_saved(entry.header["record"], loaded.arrays,
+                                     cells if cells is not None else np.full(loaded.layout.n_rows, -1))
+        engine.load_state(loaded.state, rows)
+        why = _cells_disagree(engine, loaded, cells, rows)
+        if why:
+            raise EntryRefused(why)
+    except (EntryRefused, ValueError, EngineError) as exc:
+        engine.truncate_cache(0)
+        cache.remove(entry)
+        log.warning("prompt cache entry %s refused: %s", entry.folder.name, exc)
+        return f"prompt cache: {exc}; prefilled the prompt instead."
+    log.info("prompt cache: loaded %s rows in %.0f ms", len(rows), (time.perf_counter() - t0) * 1000)
+    return ""
+
+
+def _build_here(engine: Engine) -> Build:
+    """This build's identity: its version and the mark its states begin with (read once per engine)."""
+    mark = _MARKS.get(engine)
+    if mark is None:
+        mark = _MARKS[engine] = bytes(engine.state_bytes()[:MARK_BYTES]).hex()
+    return Build(engine.llama_cpp_version, mark)
+
+
+_MARKS: "weakref.WeakKeyDictionary[Engine, str]" = weakref.WeakKeyDictionary()
+
+
+def _cells_disagree(engine: Engine, loaded, cells, rows: RowRecord) -> str:
+    """Why the derived cells are not where the state put the rows ("" when they are, or nothing reads
+    them yet: rows all exact and RidgeFill not set up, or RidgeFill off for this model)."""
+    if cells is None or (not rows.approximated() and engine.ridgefill_runtime is None):
+        return ""  # nothing reads them yet (no approximated row to score or skip below the split)
+    from .ridgefill.runtime import runtime
+
+    rt = runtime(engine)
+    if rt.layout is None:
+        return ""
+    live = rt.layout.layers[0].k_cache.rows().view(np.uint8)
+    saved = loaded.layout.k0_rows(loaded.state)
+    if live.shape[1] != saved.shape[1] or not np.array_equal(live[cells[loaded.layout.sections[0].positions]], saved):
+        return "the row record's cells disagree with the state llama.cpp loaded"
+    return ""
+
+
+def covers(new: dict, old: dict) -> bool:
+    """Whether a record `new` gives every request at least what `old` gives: old's tokens lead new's,
+    each of those rows is exact in new or approximated the same way, and new is clean at least as far."""
+    n = len(old["tokens"])
+    if new["tokens"][:n] != old["tokens"] or new["n_clean"] < old["n_clean"]:
+        return False
+    how_new, how_old = _hows(new, n), _hows(old, n)
+    return all(a is None or a == b for a, b in zip(how_new, how_old))
+
+
+def _hows(facts: dict, n: int) -> list[str | None]:
+    how: list[str | None] = [None] * n
+    for start, end, tag in facts["approximated"]:
+        how[start:min(end, n)] = [tag] * max(0, min(end, n) - start)
+    return how
+
+
+def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = None) -> Entry | None:
+    """Write sequence 0 and its row record as an entry (None: too short, already saved as it is, or
+    stopped by `cancel`); entries it covers are removed. OSError when the disk is full (nothing is left)."""
+    if len(engine.row_record) < MIN_SAVE_ROWS:
+        return None
+    facts, arrays = engine.row_record.saved()
+    key = model_key(engine, cache)
+    older = cache.entries(key)
+    for e in older:
+        if e.header["record"] == facts:
+            return None  # the same rows, the same way
+    state = engine.state_bytes()
+    entry = cache.save(model_key=key, model_name=engine.info.name, build=build_of(engine, state), state=state,
+                       facts=facts, arrays=arrays, cancel=cancel)
+    if entry is not None:
+        for e in older:
+            if e.folder != entry.folder and covers(facts, e.header["record"]):
+                cache.remove(e)
+    return entry
+
+
+@dataclass
+class FromSavedPrefix:
+    """A strategy run after the saved prefix it may reuse most of is loaded (see the module doc)."""
+
+    inner: PrefillStrategy
+    cache: PromptCache
+
+    def run(self, engine: Engine, tokens: list[int], *, reuse_prefix: bool, on_event: EventSink | None,
+            cancel: CancelCheck | None) -> PrefillReport:
+        note = ""
+        if reuse_prefix and getattr(self.inner, "mode", "") != "plumb":  # plumb prefills from 0 anyway
+            note = restore(engine, self.cache, tokens, getattr(self.inner, "tag", None))
+        report = self.inner.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
+        report.note = " ".join(n for n in (note, report.note) if n)
+        return report
+
+
+def with_saved_prefixes(planner: Planner, cache: PromptCache) -> Callable[[Engine, CompletionRequest, int], FromSavedPrefix]:
+    def plan(engine: Engine, request: CompletionRequest, n_tokens: int) -> FromSavedPrefix:
+        return FromSavedPrefix(planner(engine, request, n_tokens), cache)
+
+    return plan

@@ -1,0 +1,83 @@
+"""Refinement in idle time: approximated rows made exact in prompt order, a chunk at a time, the rows
+with a kept split stream through the layers from the split on only; stopped between chunks.
+
+Zero maps make approximated rows obvious: after speed mode the next token's logits are far from
+exact's, after refinement within plumb's tolerance."""
+from __future__ import annotations
+
+import pytest
+
+from backend.ridgefill import lower_skip, redecode
+from backend.ridgefill.plan import ridgefill_prefill
+from backend.ridgefill.refine import Refinement
+from test_quality_mode import SPLIT, ZeroMaps
+from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
+
+TAIL = 64
+
+
+@pytest.fixture(autouse=True)
+def _big_chunks(monkeypatch):
+    """Chunks of a whole ubatch (timing-free, and fewer on a busy test machine)."""
+    from backend.ridgefill import refine
+
+    monkeypatch.setattr(refine, "TARGET_S", 1e6)
+
+
+def speed_after_exact(engine, n_doc: int):
+    """(exact's last logits, the prompt) with the prompt then prefilled in speed mode on zero maps."""
+    toks = induction_prompt(engine, n_doc)
+    engine.prefill(toks, reuse_prefix=False)
+    ref = engine.last_logits()
+    rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
+    assert rep.mode == "speed" and engine.row_record.approximated(), rep.note
+    assert kl(ref, engine.last_logits()) > 0.1  # the control: the approximated rows show
+    return ref, toks
+
+
+def test_refinement_makes_every_row_exact_and_then_matches_exact(engine, monkeypatch):
+    ref, toks = speed_after_exact(engine, 1300)
+    skipped = []
+    real = lower_skip.LowerLayersSkipped
+
+    def counted(inner, split, stream):
+        skipped.append(len(stream))
+        return real(inner, split, stream)
+
+    monkeypatch.setattr(redecode, "LowerLayersSkipped", counted)
+    refine = Refinement(engine)
+    assert refine.refusal() is None and not refine.done
+    refine.run()
+    assert refine.done and engine.row_record.approximated() == [] and engine.row_record.n_clean == len(toks)
+    assert engine.row_record.with_cells() == list(range(len(toks)))  # guided can score every row again
+    assert sum(skipped) == len(toks) - TAIL  # the bulk rows ran from the split on; the tail through every layer
+    assert max(refine.step_s) > 0 and len(refine.step_s) > 2
+    cache_n, _ = engine.prefill(toks)  # a request now reuses every row, as an exact one
+    assert cache_n == len(toks) - 1
+    assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance (see test_ridgefill_injection)
+
+
+def test_a_request_during_refinement_stops_it_at_a_chunk_boundary_and_reuses_what_is_exact(engine):
+    _, toks = speed_after_exact(engine, 1300)
+    refine = Refinement(engine)
+    stopped = refine.run(should_stop=lambda: len(refine.step_s) >= 2)  # "a task arrived" after two chunks
+    assert len(refine.step_s) == 2 and 0 < stopped == engine.row_record.n_clean < len(toks) and not refine.done
+    clean = engine.row_record.n_clean
+    # the new request (an exact question about the first part) reuses the rows made exact so far
+    cache_n, _ = engine.prefill(toks[: clean + 40])
+    assert cache_n == clean
+    refine.run()  # and refinement goes on from the record's first unclean row
+    assert refine.done
+
+
+def test_rows_guided_made_exact_are_decoded_again_in_order(engine):
+    """A guided prefill leaves exact rows that saw approximated history: refinement redoes them too."""
+    from backend.ridgefill.guided import GuidedParams
+
+    ref, toks = speed_after_exact(engine, 1300)
+    rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(), reuse_prefix=True,
+                            guided=GuidedParams(budget=64))
+    assert rep.mode == "guided" and rep.exact_n > 0, rep.note
+    Refinement(engine).run()
+    engine.prefill(toks)
+    assert kl(ref, engine.last_logits()) < 1e-2
