@@ -70,7 +70,9 @@ def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
         engine.check_fits(len(tokens), req.request.max_tokens)
         return CountResult(len(tokens), engine.n_ctx, reserve, True)
     except DocumentTooLongError as exc:
-        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(exc))
+        from backend.hub.context_fit import with_advice
+
+        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(with_advice(exc)))
 
 
 def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
@@ -215,7 +217,7 @@ def _ready(engine, load_s: float) -> EngineReady:
     return EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer, info.n_embd,
                        engine.n_ctx, info.n_ctx_train, int(defaults.default_split(info)),
                        int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s,
-                       summary(read_tuned(info)))
+                       summary(read_tuned(info)), sampling=info.sampling)
 
 
 def _warm_up(engine) -> None:

@@ -68,6 +68,7 @@ class EngineReady:
     min_bulk: int
     load_s: float
     tuned: str = ""  # the tuned split's line for the RidgeFill panel ("" when the model was never tuned)
+    sampling: tuple = ()  # the file's recommended sampling, as ModelInfo.sampling (backend/sampling.py)
 
     def as_dict(self) -> dict:
         return asdict(self)

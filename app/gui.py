@@ -2,7 +2,9 @@
 
 `python -m app.gui --screenshot PATH --scene chat|recall` is a debug aid: it drives the real window
 (attach a long document, ask with "compare with exact"; or run the recall panel) and saves it with
-QWidget.grab(). The screenshots in README.md and docs/ are made with it under Xvfb.
+QWidget.grab(). `--doc FILE --question Q [--question Q2]` asks about a document of your own (its first
+`--doc-chars` characters) instead of the shipped corpus. The screenshots in README.md and docs/ are made
+with it under Xvfb.
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def _log(msg: str) -> None:
 
 
 def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "1600, 2048",
-               depths: str = "0.1, 0.5, 0.9") -> int:
+               depths: str = "0.1, 0.5, 0.9", doc_path: str | None = None, questions: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
@@ -94,17 +96,21 @@ def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "160
     _log(f"maps: {window.controls.maps_label.text()} {window.controls.maps_reasons.text()[:200]}")
     window.new_conversation()
     if scene == "chat":
-        text = "\n\n".join(corpus_texts())[:doc_chars]
-        paras = text.split("\n\n")
-        paras.insert(len(paras) // 4, DEMO_FACT)
-        doc = Path(tempfile.mkdtemp()) / "harbour-archive.txt"
-        doc.write_text("\n\n".join(paras), encoding="utf-8")
+        if doc_path:
+            doc = Path(tempfile.mkdtemp()) / Path(doc_path).name
+            doc.write_text(Path(doc_path).read_text(encoding="utf-8")[:doc_chars], encoding="utf-8")
+        else:
+            text = "\n\n".join(corpus_texts())[:doc_chars]
+            paras = text.split("\n\n")
+            paras.insert(len(paras) // 4, DEMO_FACT)
+            doc = Path(tempfile.mkdtemp()) / "harbour-archive.txt"
+            doc.write_text("\n\n".join(paras), encoding="utf-8")
         window.controls.toggle.setChecked(True)
         window.controls.compare.setChecked(True)
         window.chat.attach_document(doc)
         _wait(app, lambda: window.chat._task_count is None and window.chat.last_count is not None, 120, "the count")
         _log(window.chat.count_label.text())
-        for q in (DEMO_QUESTION, "Who kept the lighthouse clock? Answer in one sentence."):
+        for q in questions or (DEMO_QUESTION, "Who kept the lighthouse clock? Answer in one sentence."):
             window.chat.input.setPlainText(q)
             t0 = time.monotonic()
             window.chat.send()
@@ -138,7 +144,9 @@ if __name__ == "__main__":
     p.add_argument("--doc-chars", type=int, default=9000)
     p.add_argument("--lengths", default="1600, 2048")
     p.add_argument("--depths", default="0.1, 0.5, 0.9")
+    p.add_argument("--doc", help="chat scene: a text file of your own to ask about (its first --doc-chars)")
+    p.add_argument("--question", action="append", help="chat scene: a question to ask (repeatable)")
     a = p.parse_args()
     if a.screenshot:
-        sys.exit(screenshot(a.screenshot, a.scene, a.doc_chars, a.lengths, a.depths))
+        sys.exit(screenshot(a.screenshot, a.scene, a.doc_chars, a.lengths, a.depths, a.doc, a.question))
     sys.exit(main())

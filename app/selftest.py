@@ -124,8 +124,7 @@ def _request(doc: str, mode: str):
     question = "In one sentence, what is the first part of this document about?"
     return CompletionRequest(
         messages=[ChatMessage("user", f"{doc}\n\n{question}")],
-        max_tokens=MAX_TOKENS,
-        temperature=0.0,
+        max_tokens=MAX_TOKENS,  # greedy (the request's default sampling): the same answer every run
         mode=mode,
         split=None,  # the model's default split (the shipped maps are fitted for it)
         tail=SELFTEST_TAIL,

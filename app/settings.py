@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.engine_protocol import EngineSettings
@@ -25,7 +25,7 @@ FILE_NAME = "settings.json"
 class Settings:
     threads: int = 0  # 0 = all cores
     n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context by the engine
-    max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer
+    max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer, on a model with no Generation settings of its own
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)
     hub_token: str = ""
@@ -34,6 +34,7 @@ class Settings:
     split: int = 0  # 0 = the model's default split
     tail: int = 0  # 0 = the default exact tail
     compare_exact: bool = False
+    generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
     prompt_cache_gb: int = 4  # the prompt cache on disk at most this size (0: no prompt cache)
 
     @classmethod

@@ -31,6 +31,8 @@ from .protocol import (
     TokenEvent,
 )
 from .row_record import RowRecord
+from .sampler import SamplerChain
+from .stopping import AnswerEnd
 
 log = logging.getLogger(__name__)
 
@@ -472,35 +474,28 @@ class Engine:
             done += len(chunk)
         return out
 
-    def sample(self, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-        if temperature <= 0:
-            return int(np.argmax(logits))
-        z = logits.astype(np.float64) / temperature
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        return int(rng.choice(len(p), p=p))
-
     def generate(
         self,
         max_tokens: int,
         *,
-        temperature: float = 0.0,
-        seed: int = 0,
+        sampler: SamplerChain,
+        end: AnswerEnd | None = None,
         on_event: EventSink | None = None,
         cancel: CancelCheck | None = None,
     ) -> tuple[list[int], str, str, float | None]:
-        """Decode after a prefill. Returns (tokens, text, finish_reason, first_token_time)."""
-        rng = np.random.default_rng(seed)
+        """Decode after a prefill, each token drawn by `sampler` (llama.cpp's chain) from the last row's
+        logits; `end` may stop the answer early (a stop string, a loop). Returns (tokens, text,
+        finish_reason, first_token_time)."""
+        end = end or AnswerEnd()
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         out: list[int] = []
-        pieces: list[str] = []
         first_token_at = None
-        finish = "length"
+        finish, ended = "length", False
         for _ in range(max_tokens):
             if cancel is not None and cancel():
                 finish = "cancelled"
                 break
-            tok = self.sample(self.last_logits(), temperature, rng)
+            tok = sampler.sample(self._ctx)
             if first_token_at is None:
                 first_token_at = time.perf_counter()
             if self.is_end_of_generation(tok):
@@ -508,14 +503,18 @@ class Engine:
                 break
             out.append(tok)
             piece = decoder.decode(self.token_bytes(tok))
-            pieces.append(piece)
             if on_event is not None:
                 on_event(TokenEvent(tok, piece))
+            reason = end.feed(piece)
+            if reason is not None:
+                finish, ended = reason, True
+                break
             if len(self._rows) >= self.n_ctx:
                 break
             self.decode([tok], len(self._rows), logits_last=True)
-        pieces.append(decoder.decode(b"", final=True))
-        return out, "".join(pieces), finish, first_token_at
+        if not ended:
+            end.feed(decoder.decode(b"", final=True))
+        return out, end.text, finish, first_token_at
 
     def complete(
         self,
@@ -548,9 +547,11 @@ class Engine:
         timings.prompt_per_second = timings.prompt_n / (rep.prompt_ms / 1000) if rep.prompt_ms > 0 else 0.0
         t_gen = time.perf_counter()
         max_new = min(request.max_tokens, self.n_ctx - len(tokens))
-        out, text, finish, first_at = self.generate(
-            max_new, temperature=request.temperature, seed=request.seed, on_event=on_event, cancel=cancel
-        )
+        with SamplerChain(request.sampling, n_vocab=self.n_vocab, n_ctx=self.n_ctx) as sampler:
+            sampler.accept_prompt(tokens)
+            out, text, finish, first_at = self.generate(
+                max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops),
+                on_event=on_event, cancel=cancel)
         t_end = time.perf_counter()
         timings.ttft_ms = ((first_at or t_end) - t_start) * 1000
         timings.predicted_n = len(out)

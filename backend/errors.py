@@ -18,15 +18,22 @@ class EmptyDocumentError(DocumentError):
 
 
 class DocumentTooLongError(DocumentError):
-    def __init__(self, prompt_tokens: int, limit: int, reserved: int):
+    def __init__(self, prompt_tokens: int, limit: int, reserved: int, advice: str = ""):
         self.prompt_tokens = prompt_tokens
         self.limit = limit
         self.reserved = reserved
+        self.advice = advice  # which models would hold it (backend.hub.context_fit), where known
         super().__init__(
             f"The prompt has {prompt_tokens:,} tokens, but the context holds {limit:,} "
             f"({reserved:,} of them kept for the answer, so at most {limit - reserved:,} for the prompt). "
             "Shorten the document, or raise the context size if the model supports it."
+            + (f" {advice}" if advice else "")
         )
+
+    @property
+    def tokens_needed(self) -> int:
+        """The context a model needs for this prompt and its answer."""
+        return self.prompt_tokens + self.reserved
 
 
 class Cancelled(RidgeFillError):

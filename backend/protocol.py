@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from .sampling import GREEDY, SamplingParams
+
 Mode = Literal["off", "speed", "quality", "guided", "plumb"]
 # Every mode a request may ask for, in the order the UI offers them; all but "off" are RidgeFill's.
 # plumb is the oracle (true late-layer inputs through the same write path): for tests and evals.
@@ -27,8 +29,9 @@ class CompletionRequest:
     messages: list[ChatMessage] | None = None
     prompt: str | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float = 0.0  # 0 = greedy, reproducible
-    seed: int = 0
+    sampling: SamplingParams = GREEDY  # greedy unless told (backend/sampling.py: model_defaults for people)
+    stop: list[str] = field(default_factory=list)  # the answer ends before the first of these
+    stop_loops: bool = False  # end an answer that says one sentence three times (finish_reason "loop")
     mode: Mode = "off"
     split: int | None = None  # RidgeFill split S; None = the model's default
     tail: int | None = None  # exact tail T; None = the default
@@ -63,7 +66,7 @@ class Timings:
 @dataclass
 class CompletionResult:
     text: str
-    finish_reason: Literal["stop", "length", "cancelled"]
+    finish_reason: Literal["stop", "length", "cancelled", "loop"]
     timings: Timings
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)

@@ -76,8 +76,8 @@ def test_the_request_carries_split_and_tail_only_with_ridgefill_on():
 
 def test_other_request_fields_can_be_set():
     req = chat_session.build_request(Conversation(), "q", mode="guided", split=3, tail=64, reuse_prefix=False,
-                                     temperature=0.5)
-    assert (req.mode, req.split, req.reuse_prefix, req.temperature) == ("guided", 3, False, 0.5)
+                                     stop_loops=True)
+    assert (req.mode, req.split, req.reuse_prefix, req.stop_loops) == ("guided", 3, False, True)
 
 
 def test_an_untitled_conversation_is_named_after_its_document_or_its_first_question():

@@ -25,3 +25,16 @@ def test_advice_names_context_and_size_or_says_none_holds_it(tmp_path):
     text = advice(20_000, load_catalogue(), hs)
     assert "Gemma 3 270M IT (32K context, 292 MB" in text and "SmolLM2" not in text
     assert "No model in the catalogue holds" in advice(10_000_000, load_catalogue(), hs)
+
+
+def test_a_too_long_request_names_the_models_that_hold_it(small_engine):
+    import pytest
+
+    from backend.completion import complete
+    from backend.errors import DocumentTooLongError
+    from backend.protocol import CompletionRequest
+
+    with pytest.raises(DocumentTooLongError) as err:  # a 2K context; the embedded model's 8K holds it
+        complete(small_engine, CompletionRequest(prompt="word " * 3000, max_tokens=16))
+    assert "Models whose context holds it: SmolLM2 135M Instruct (8K context" in str(err.value)
+    assert err.value.prompt_tokens > 2048 and err.value.advice

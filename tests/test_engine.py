@@ -3,6 +3,7 @@ import pytest
 
 from backend.errors import Cancelled, DocumentTooLongError
 from backend.protocol import ChatMessage, CompletionRequest, ProgressEvent, TokenEvent
+from backend.sampling import GREEDY
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 
@@ -131,6 +132,6 @@ def test_eval_callback_can_observe_nodes(small_engine):
 
 def test_greedy_answer_contains_the_expected_word(small_engine):
     result = small_engine.complete(ask("Remember this: the passkey is 5820417.\nWhat is the passkey? "
-                                       "Answer with the number only.", max_tokens=16, temperature=0.0))
+                                       "Answer with the number only.", max_tokens=16, sampling=GREEDY))
     assert "5820417" in result.text
     assert result.finish_reason in ("stop", "length")

@@ -23,6 +23,7 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
     from backend.ridgefill.activation_store import load_activations
     from backend.ridgefill.maps import MapsMissing, find_maps
     from backend.ridgefill.tuned import read_tuned
+    from backend.sampling import GREEDY
 
     t0 = time.perf_counter()
     with pytest.raises(MapsMissing):  # a fresh user cache (RIDGEFILL_HOME is this test's): no maps at all
@@ -51,7 +52,7 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
 
         toks = engine.tokenize(" ".join(corpus_texts()))[:1600]
         engine.truncate_cache(0)
-        out = complete(engine, CompletionRequest(prompt=engine.detokenize(toks), max_tokens=2, temperature=0.0,
+        out = complete(engine, CompletionRequest(prompt=engine.detokenize(toks), max_tokens=2, sampling=GREEDY,
                                                  mode="speed", split=12))
         t = out.timings
         assert t.mode == "speed" and t.split == 12 and t.bulk_n >= 1024, t.note  # RidgeFill ran on the fitted maps

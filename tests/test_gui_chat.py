@@ -212,3 +212,61 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     c.toggle.setChecked(True)
     req = window.chat.build_request("q")
     assert (req.mode, req.split, req.tail) == (DEFAULT_MODE, 5, c.tail())  # the mode box starts at the default
+
+
+def test_generation_settings_persist_per_model(qtbot, window, service, home, tmp_path, model_path):
+    """The Generation section shows each model's defaults (its file's recommendation, else the app's),
+    keeps what the user changed per model file, saves it, and the chat's next question uses it."""
+    import json
+    from pathlib import Path
+
+    from app.conversations import ConversationStore
+    from app.settings import Settings
+    from backend.sampling import APP_DEFAULTS
+    from tests.tiny_gguf import write_tiny_gguf
+    from ui.main_window import MainWindow
+
+    g = window.generation
+    embedded = Path(model_path).name
+    assert g.params() == APP_DEFAULTS and "app's defaults" in g.source.text() and not g.reset_btn.isEnabled()
+    g.boxes["temperature"].setValue(0.7)
+    g.boxes["seed"].setValue(42)
+    g.max_tokens_box.setValue(300)
+    assert window.chat.sampling.temperature == 0.7 and window.chat.max_tokens == 300  # the next question's
+    qtbot.waitUntil(lambda: Settings.path().exists() and json.loads(Settings.path().read_text(encoding="utf-8"))
+                    .get("generation", {}).get(embedded, {}).get("temperature") == 0.7, timeout=5000)
+
+    other = write_tiny_gguf(tmp_path / "recommends.gguf", "llama", sampling={"general.sampling.temp": 0.5})
+    window.show_model(str(other))  # another model file: its own defaults, from its file
+    assert g.params().temperature == 0.5 and g.params().seed == -1 and "model file" in g.source.text()
+    assert window.chat.sampling.temperature == 0.5 and window.chat.max_tokens == window.settings.max_tokens
+    window.show_model(model_path)  # back: what was saved for the embedded model
+    assert (g.params().temperature, g.params().seed, g.max_tokens()) == (0.7, 42, 300)
+
+    again = MainWindow(Settings.load(), service, ConversationStore(), owns_service=False)  # the next start
+    qtbot.addWidget(again)
+    assert (again.generation.params().temperature, again.generation.max_tokens()) == (0.7, 300)
+    assert again.chat.sampling.seed == 42
+    g.reset_btn.click()  # back to the model's defaults: nothing saved for it any more
+    assert g.params() == APP_DEFAULTS and embedded not in window.settings.generation
+
+
+def test_both_runs_of_a_comparison_draw_with_one_seed(qtbot, window, monkeypatch):
+    """With sampling on and a random seed, compare-with-exact sends the same parameters and seed twice
+    (both exact here, so the answers must agree); a loop is cut short in both."""
+    window.generation.boxes["temperature"].setValue(0.9)
+    window.controls.compare.setChecked(True)
+    sent = []
+    submit = window.chat.service.submit
+
+    def spy(kind, payload, **kw):
+        sent.append(payload)
+        return submit(kind, payload, **kw)
+
+    monkeypatch.setattr(window.chat.service, "submit", spy)
+    ask(qtbot, window, "Write one sentence about the sea.")
+    monkeypatch.undo()
+    runs = [p for p in sent if getattr(p, "messages", None) and getattr(p, "stop_loops", False)]
+    assert len(runs) == 2 and runs[0].sampling == runs[1].sampling and runs[0].sampling.seed >= 0
+    assert runs[0].sampling.temperature == 0.9
+    assert "answers agree" in window.chat.view.messages[-1].exact.text()

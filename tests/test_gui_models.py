@@ -26,10 +26,10 @@ def panel(qtbot, tmp_path, monkeypatch, tiny, model_path):
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     hub = FakeHub().start()
     hub.add_file(REPO, FILE, tiny)
-    from backend.user_paths import data_dir
-    from ui.models_panel import USER_MODELS, ModelsPanel
+    from backend.hub.catalogue import user_models_file
+    from ui.models_panel import ModelsPanel
 
-    (data_dir() / USER_MODELS).write_text(json.dumps({"models": [{
+    user_models_file().write_text(json.dumps({"models": [{
         "id": "tiny-q8_0", "name": "Tiny test model", "architecture": "llama", "repo_id": REPO,
         "filename": FILE, "quantization": "Q8_0", "size_bytes": len(tiny), "size_exact": True,
         "sha256": hashlib.sha256(tiny).hexdigest()}]}), encoding="utf-8")

@@ -66,13 +66,14 @@ import sys
 from backend.completion import complete
 from backend.engine import Engine, EngineConfig
 from backend.protocol import CompletionRequest
+from backend.sampling import GREEDY
 from backend.corpus import corpus_texts
 eng = Engine(EngineConfig(model_path=r'{model}', n_ctx=4096))
 toks = eng.tokenize(' '.join(corpus_texts()))[:1700]
 # A short probe first: an engine that knows the modes explains why it ran exact (too few rows).
-probe = complete(eng, CompletionRequest(prompt='Hello', max_tokens=1, temperature=0.0, mode='speed', split={split}, tail=512))
+probe = complete(eng, CompletionRequest(prompt='Hello', max_tokens=1, sampling=GREEDY, mode='speed', split={split}, tail=512))
 if probe.timings.note:
-    res = complete(eng, CompletionRequest(prompt=eng.detokenize(toks), max_tokens=4, temperature=0.0,
+    res = complete(eng, CompletionRequest(prompt=eng.detokenize(toks), max_tokens=4, sampling=GREEDY,
                                          mode='speed', split={split}, tail=512))
     t = res.timings
     print('RAN', t.mode, t.bulk_n, 'NOTE', t.note)

@@ -14,7 +14,8 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from app.commands.serve import DEFAULT_MODE  # noqa: E402
-from app.server.schema import Defaults, StopFilter  # noqa: E402
+from app.server.schema import ApiError, Defaults, StopFilter, parse_request  # noqa: E402
+from backend.sampling import APP_DEFAULTS, GREEDY  # noqa: E402
 
 DOC = ("Notes from the island survey. The lighthouse keeper's cat is named Biscuit. The old pier is 140 metres "
        "long. The survey boat is painted green.")
@@ -40,7 +41,9 @@ def gateway(model_path):
 def start(gateway, **kw):
     from app.server.runner import LocalServer
 
-    return LocalServer(gateway, defaults=Defaults(DEFAULT_MODE), port=0, **kw).start()
+    # Greedy when a request leaves sampling out (as `serve --greedy`): these tests compare answers across
+    # requests. What a plain `serve` gives is test_left_out_sampling_is_the_models_default.
+    return LocalServer(gateway, defaults=Defaults(DEFAULT_MODE, sampling=GREEDY), port=0, **kw).start()
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +145,58 @@ def test_ridgefill_options_reach_the_engine(client, model):
     t = resp.timings
     assert (t["mode"], t["split"], t["tail"]) == ("speed", 21, 256), t["note"]
     assert t["bulk_n"] > 1024 and t["cache_n"] == 0
+
+
+# ---- sampling -------------------------------------------------------------------------------------
+LISTING = [{"role": "user", "content": "List the days of the week."}]  # greedy repeats "1. ", "\n": penalties bite
+
+
+def completion(client, model, **kw) -> str:
+    return client.chat.completions.create(model=model, messages=LISTING, max_tokens=24, **kw).choices[0].message.content
+
+
+def test_each_sampling_parameter_reaches_the_sampler(client, model):
+    greedy = completion(client, model)  # this server's default: greedy
+    hot = completion(client, model, temperature=2.0, seed=11)
+    assert hot != greedy  # temperature
+    assert completion(client, model, temperature=2.0, seed=11) == hot  # seed: the same draw again
+    assert completion(client, model, temperature=2.0, seed=12) != hot  # and another seed, another draw
+    # each of these leaves only the most likely token, so even at temperature 2 the answer is greedy's
+    assert completion(client, model, temperature=2.0, seed=11, top_p=0.0) == greedy
+    for only_the_top in ({"top_k": 1}, {"min_p": 1.0}):  # llama.cpp's, as extra body fields
+        assert completion(client, model, temperature=2.0, seed=11, extra_body=only_the_top) == greedy, only_the_top
+    # each penalty (at temperature 0) moves the answer off its repeated list marks
+    assert completion(client, model, presence_penalty=2.0) != greedy
+    assert completion(client, model, frequency_penalty=2.0) != greedy
+    assert completion(client, model, extra_body={"repeat_penalty": 2.0}) != greedy
+    assert completion(client, model, extra_body={"repeat_penalty": 2.0, "repeat_last_n": 0}) == greedy  # no window
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", 2.5), ("temperature", "hot"), ("top_p", 1.5), ("top_k", -1), ("top_k", 4.5), ("min_p", -0.1),
+    ("repeat_penalty", 0), ("repeat_last_n", -2), ("presence_penalty", 3), ("frequency_penalty", -2.5),
+    ("seed", -2), ("seed", "lucky"),
+])
+def test_a_wrong_sampling_value_gets_400(server, field, value):
+    status, body = post_raw(server, "/v1/chat/completions", json.dumps({"messages": LISTING, field: value}).encode())
+    assert status == 400 and body["error"]["param"] == field, body
+    assert body["error"]["code"] in ("invalid_value", "invalid_type") and field in body["error"]["message"]
+
+
+def test_left_out_sampling_is_the_models_default():
+    """A plain `serve` (Defaults without sampling): what a request leaves out is the model's default, its
+    file's recommendation over the app's set, as in the GUI; what it gives wins."""
+    def parsed(body, recommended=()):
+        return parse_request({"prompt": "x", **body}, chat=False, defaults=Defaults(DEFAULT_MODE),
+                             recommended=recommended).request
+
+    assert parsed({}).sampling == APP_DEFAULTS
+    assert parsed({}, (("temperature", 0.6), ("top_k", 20))).sampling.temperature == 0.6
+    req = parsed({"temperature": 0.0, "top_k": 5, "stop": ["\n"]})
+    assert (req.sampling.temperature, req.sampling.top_k, req.sampling.top_p) == (0.0, 5, APP_DEFAULTS.top_p)
+    assert req.stop == ["\n"] and not req.stop_loops  # stop strings reach the engine; a client's loop is its own
+    with pytest.raises(ApiError):
+        parsed({"min_p": 2})
 
 
 # ---- bad input ------------------------------------------------------------------------------------

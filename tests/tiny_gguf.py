@@ -23,7 +23,10 @@ def _vocab():
     return tokens, scores, types
 
 
-def write_tiny_gguf(path: Path, arch: str, n_layer: int = 4, seed: int = 0, sliding_window: int = 64) -> Path:
+def write_tiny_gguf(path: Path, arch: str, n_layer: int = 4, seed: int = 0, sliding_window: int = 64,
+                    sampling: dict | None = None) -> Path:
+    """`sampling`: recommended-sampling keys to write, e.g. {"general.sampling.temp": 0.6} (floats as
+    float32, whole numbers as int32, as llama.cpp's converter writes them)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -59,6 +62,8 @@ def write_tiny_gguf(path: Path, arch: str, n_layer: int = 4, seed: int = 0, slid
     wr.add_eos_token_id(2)
     wr.add_unk_token_id(0)
     wr.add_add_bos_token(True)
+    for key, value in (sampling or {}).items():
+        (wr.add_int32 if isinstance(value, int) else wr.add_float32)(key, value)
 
     wr.add_tensor("token_embd.weight", w(n_vocab, D, scale=0.5))
     wr.add_tensor("output_norm.weight", norm(D))

@@ -31,6 +31,8 @@ from backend.documents import read_document
 from backend.errors import DocumentError
 from backend.answers import answers_agree
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
+from backend.sampling import GREEDY, SamplingParams
+from backend.stopping import LOOP_NOTE
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.format import compare_line, eta_line, timings_line
@@ -51,6 +53,7 @@ class ChatPanel(QWidget):
         super().__init__(parent)
         self.service, self.store, self.controls, self.chart = service, store, controls, chart
         self.max_tokens = max_tokens
+        self.sampling: SamplingParams = GREEDY  # the Generation section's (the main window sets both)
         self.conv = Conversation()
         self.too_long: str = ""  # the limit message while the prompt does not fit
         self.last_count: CountResult | None = None
@@ -279,9 +282,12 @@ class ChatPanel(QWidget):
             self._notice(self.too_long)
             return False
         compare = self.controls.compare.isChecked()
+        # Both runs draw with one seed, so "answers agree" still compares the prefills; a loop is cut short.
+        drawn = {"sampling": self.sampling.with_seed(), "stop_loops": True}
         # With compare on, neither run reuses a cached prefix, so the two TTFTs measure the same work.
-        primary = self.build_request(question, **({"reuse_prefix": False} if compare else {}))
-        exact = self.build_request(question, mode="off", split=None, tail=None, reuse_prefix=False) if compare else None
+        primary = self.build_request(question, **drawn, **({"reuse_prefix": False} if compare else {}))
+        exact = (self.build_request(question, mode="off", split=None, tail=None, reuse_prefix=False, **drawn)
+                 if compare else None)
         self._notice("")
         self.input.clear()
         self._answer = chat_session.ask(self.conv, question)
@@ -356,11 +362,15 @@ class ChatPanel(QWidget):
             self._answer.complete = True
             if res.finish_reason == "cancelled":
                 self._answer.note = "stopped by you"
+            elif res.finish_reason == "loop":
+                self._answer.note = LOOP_NOTE
             self._answer_widget.set_text(res.text)
             self.chart.add(chat_session.answer_count(self.conv), res.timings.ttft_ms, res.timings.mode)
         else:
             self._task_exact = None
             self._answer.exact = {"content": res.text, "timings": t}
+            if res.finish_reason == "loop":
+                self._answer.note = (self._answer.note + "\n" if self._answer.note else "") + "exact run " + LOOP_NOTE
             self.chart.add(chat_session.answer_count(self.conv), res.timings.ttft_ms, "off")
         self._decorate(self._answer_widget, self._answer)
         if self._task_exact is not None and self._task_primary is None:

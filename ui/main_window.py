@@ -41,6 +41,7 @@ from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
+from ui.generation_settings import GenerationSettings
 from ui.models_panel import ModelsPanel
 from ui.recall_panel import RecallPanel
 from ui.serve_switch import ServeSwitch
@@ -79,9 +80,11 @@ class MainWindow(QMainWindow):
     def _build_tabs(self) -> None:
         """The RidgeFill controls (set from the model file before the first frame) and the three tabs."""
         self.controls = RidgeFillControls()
+        self.generation = GenerationSettings(self.settings)  # sampling and answer length, per model
         self.show_model(self.service.settings.model_path)  # the model's real layers and defaults, first frame
         self.chart = TtftChart()
         self.chat = ChatPanel(self.service, self.store, self.controls, self.chart, max_tokens=self.settings.max_tokens)
+        self._use_generation()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.chat, "Chat")
         self.recall = RecallPanel(self.service, self.controls, self.chat)
@@ -91,7 +94,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.tabs)
 
     def _build_docks(self) -> None:
-        """Conversations on the left; the RidgeFill controls and the TTFT chart on the right."""
+        """Conversations on the left; the RidgeFill controls, the Generation section and the TTFT chart on the right."""
         self.conv_list = QListWidget()
         self.new_btn = QPushButton("New chat")
         left = QWidget()
@@ -105,6 +108,7 @@ class MainWindow(QMainWindow):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(4, 4, 4, 4)
         rl.addWidget(self.controls)
+        rl.addWidget(self.generation)
         rl.addWidget(QLabel("Time to first token, this session"))
         rl.addWidget(self.chart, 1)
         dock_right = self._dock("Prefill", "ridgefill", right, Qt.RightDockWidgetArea)
@@ -128,6 +132,7 @@ class MainWindow(QMainWindow):
         self.controls.get_maps.connect(self.get_maps)
         self.controls.tune.connect(self.tune)
         self.controls.cancel_fit.connect(self.cancel_fit)
+        self.generation.changed.connect(self._use_generation)
         self.models.open_model.connect(self.open_model)
         self.new_btn.clicked.connect(self.new_conversation)
         self.chat.busy_changed.connect(self._on_chat_busy)
@@ -223,16 +228,25 @@ class MainWindow(QMainWindow):
             self._shown_model = self._model_defaults = None
             return False
         self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info),
-                          default_mode(info))
+                          default_mode(info), info.sampling)
         return True
 
-    def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int, mode: str) -> None:
+    def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int, mode: str, sampling: tuple) -> None:
         s = self.settings
         split = s.split if 0 < s.split < n_layer else split0
         tail = s.tail if s.tail >= MIN_TAIL else tail0
         self.controls.set_model(n_layer, split, tail, MIN_TAIL, mode)
         self._shown_model = (str(Path(path).resolve()), n_layer)
         self._model_defaults = (split0, tail0)
+        self.generation.set_model(Path(path).name, sampling)
+
+    @Slot()
+    def _use_generation(self) -> None:
+        """The chat's next question gets the Generation section's values."""
+        self.chat.sampling = self.generation.params()
+        if self.chat.max_tokens != self.generation.max_tokens():
+            self.chat.max_tokens = self.generation.max_tokens()
+            self.chat.request_count()  # the room kept for the answer changed
 
     # ---- engine ----------------------------------------------------------------------------------
     @Slot(object)
@@ -240,7 +254,7 @@ class MainWindow(QMainWindow):
         if self._shown_model != (str(Path(info.model_path).resolve()), info.n_layer):
             # not the model the header said (a file replaced meanwhile): the engine's word wins
             self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail,
-                              default_mode(info))
+                              default_mode(info), info.sampling)
         self.engine_label.setText(
             f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
             f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}")
@@ -299,7 +313,8 @@ class MainWindow(QMainWindow):
             restart = dlg.apply()
             self.settings.save()
             self.settings.use_cache_location()
-            self.chat.max_tokens = self.settings.max_tokens
+            self.generation.reload()  # the new default answer length
+            self.generation.max_tokens_box.setValue(self.settings.max_tokens)  # this model's too: the latest word wins
             if restart:
                 self.restart_engine()
 

@@ -34,11 +34,7 @@ from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
-from backend.user_paths import data_dir
 from ui.background import BackgroundJobs
-
-USER_MODELS = "user_models.json"  # the same file as `python -m app models --add`
-
 
 def _size(b: int | None) -> str:
     return "?" if not b else (f"{b / 1e9:.2f} GB" if b >= 1e9 else f"{b / 1e6:.0f} MB")
@@ -52,7 +48,7 @@ def _context(n: int | None) -> str:
 # ---- the work, run in background jobs (no widgets) -----------------------------------------------
 def read_catalogue(hs: HubSettings) -> tuple[list[cat.ModelEntry], list[dict]]:
     """The catalogue and, per entry, what is installed and whether it fits (backend.hub.status)."""
-    entries = cat.load_catalogue(data_dir() / USER_MODELS)
+    entries = cat.load_catalogue(cat.user_models_file())
     return entries, model_rows(entries, hs)
 
 
@@ -329,7 +325,7 @@ class ModelsPanel(QWidget):
         hs = self.hub_settings()
 
         def work(ctx):
-            cat.add_local(path, data_dir() / USER_MODELS)  # reads the GGUF; ModelFileError says what is wrong
+            cat.add_local(path, cat.user_models_file())  # reads the GGUF; ModelFileError says what is wrong
             return read_catalogue(hs)
 
         def added(catalogue) -> None:

@@ -5,22 +5,28 @@ import json
 import sys
 
 from app.commands.common import format_timings, open_engine, stderr_progress
+from app.commands.sampling_args import add_sampling_args, sampling_from_args
 from backend.completion import complete
 from backend.documents import document_messages, read_document
 from backend.idle_work import IdleWork
 from backend.prompt_cache import PromptCache
-from backend.protocol import MODES, ChatMessage, CompletionRequest, TokenEvent
+from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, TokenEvent
+from backend.ridgefill.defaults import default_mode
+from backend.stopping import LOOP_NOTE
 
 
 def register(sub) -> None:
     p = sub.add_parser("chat", help="ask a question, optionally about a document")
     p.add_argument("question")
     p.add_argument("--doc", help="a .txt, .md or .pdf file to ask about")
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--mode", default="off", choices=MODES, help="off (exact) or a RidgeFill mode")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--mode", default=None, choices=MODES,
+                   help="off (exact) or a RidgeFill mode (default: the app's, guided on most models)")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S")
     p.add_argument("--tail", type=int, default=None, help="RidgeFill exact tail T")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="end the answer before TEXT (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_sampling_args(p)
     p.add_argument("--no-cache", action="store_true",
                    help="neither load nor save the prompt cache (a document is otherwise saved once prefilled)")
     p.add_argument("--refine", action="store_true",
@@ -34,8 +40,11 @@ def run(args) -> int:
     else:
         messages = [ChatMessage("user", args.question)]
     engine = open_engine(args)
+    # As in the GUI: the app's RidgeFill mode, the model's sampling, a loop stopped
     request = CompletionRequest(
-        messages=messages, max_tokens=args.max_tokens, mode=args.mode, split=args.split, tail=args.tail
+        messages=messages, max_tokens=args.max_tokens, mode=args.mode or default_mode(engine.info),
+        split=args.split, tail=args.tail, sampling=sampling_from_args(args, engine.info.sampling),
+        stop=args.stop, stop_loops=True,
     )
     progress = stderr_progress()
     stream = not args.json and sys.stdout.isatty()
@@ -55,6 +64,8 @@ def run(args) -> int:
         return 0
     print(("" if stream else result.text) + "\n")
     print(format_timings(result.timings))
+    if result.finish_reason == "loop":
+        print(f"  {LOOP_NOTE}")
     if document.tokens:
         saved = "saved" if document.saved else "not saved"
         print(f"  {'prompt cache':<20} {document.line()}, {saved}" + (f" ({document.note})" if document.note else ""))

@@ -32,6 +32,7 @@ def run(args) -> int:
     warm_up(engine)
     results = {}
     for mode, label in ((DEFAULT_MODE, f"RidgeFill ({DEFAULT_MODE})"), ("off", "Exact model")):
+        # greedy (the request's default): the two answers differ only by the prefill, never by a draw
         request = CompletionRequest(messages=messages, max_tokens=24, mode=mode, reuse_prefix=False)
         result = results[mode] = complete(engine, request, on_event=stderr_progress(mode))
         verdict = "correct" if DEMO_ANSWER in result.text else f"wrong, expected {DEMO_ANSWER}"

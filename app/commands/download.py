@@ -9,12 +9,10 @@ import sys
 import time
 
 from backend.hub import store
-from backend.hub.catalogue import find_entry, load_catalogue
+from backend.hub.catalogue import find_entry, load_catalogue, user_models_file
 from backend.hub.jobs import DownloadEvent, DownloadJob, State
 from backend.hub.settings import DEFAULT_MAPS_OWNER, HubSettings
-from backend.user_paths import cache_dir, data_dir
-
-USER_MODELS = "user_models.json"
+from backend.user_paths import cache_dir
 
 
 def register(sub) -> None:
@@ -47,10 +45,6 @@ def hub_settings(args) -> HubSettings:
     offline = args.offline or hf_constants.is_offline_mode()  # HF_HUB_OFFLINE=1 means offline here too
     return HubSettings(cache_root=cache_dir(), endpoint=endpoint, token=token, offline=offline,
                        maps_owner=args.maps_owner or DEFAULT_MAPS_OWNER)
-
-
-def user_models_file():
-    return data_dir() / USER_MODELS
 
 
 def catalogue():

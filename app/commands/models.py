@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from app.commands.download import add_hub_options, catalogue, hub_settings, user_models_file
-from backend.hub.catalogue import add_hub, add_local
+from app.commands.download import add_hub_options, catalogue, hub_settings
+from backend.hub.catalogue import add_hub, add_local, user_models_file
 from backend.hub.status import model_rows
 
 

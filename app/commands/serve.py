@@ -5,6 +5,7 @@ import os
 import signal
 
 from app.commands.common import model_path
+from app.commands.sampling_args import add_sampling_args, sampling_from_args, sampling_given
 from app.engine_protocol import EngineSettings
 from backend.protocol import MODES
 from backend.ridgefill import defaults as rf_defaults
@@ -34,6 +35,7 @@ def register(sub) -> None:
                    help=f"answer length of a request that gives none (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests waiting or running at once; more get 503 (default {DEFAULT_MAX_QUEUE})")
+    add_sampling_args(p)  # the sampling of a request that leaves it out
     p.set_defaults(func=run)
 
 
@@ -60,7 +62,8 @@ def run(args) -> int:
     try:
         print("Loading the model…", flush=True)
         info = gateway.wait_ready()
-        server = LocalServer(gateway, defaults=Defaults(args.mode, args.split, args.tail, args.max_tokens),
+        sampling = sampling_from_args(args, info.sampling) if sampling_given(args) else None
+        server = LocalServer(gateway, defaults=Defaults(args.mode, args.split, args.tail, args.max_tokens, sampling),
                              host=args.host, port=args.port, api_key=args.api_key, max_queue=args.max_queue)
         from app.server.api import model_id
 

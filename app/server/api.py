@@ -229,7 +229,8 @@ class ApiServer:
         self._check_key(request)
         info = self._ready()
         body = await self._json(request)
-        p = parse_request(body, chat=chat, defaults=self.defaults, n_layer=info.n_layer)
+        p = parse_request(body, chat=chat, defaults=self.defaults, n_layer=info.n_layer,
+                          recommended=getattr(info, "sampling", ()))
         mid = self._check_model(p.model, info)
         if self.in_flight >= self.max_queue:
             raise ApiError(503, f"The server is busy: {self.in_flight} requests are waiting or running (at most "

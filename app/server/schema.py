@@ -1,8 +1,11 @@
 """The OpenAI wire format: request bodies in, CompletionRequests out; results and chunks back.
 
 Parsing is strict where a wrong value would silently change the answer (types, ranges, n > 1, an
-unknown RidgeFill mode) and lenient about fields that do not apply here (user, top_p, penalties...:
-accepted and ignored, as llama.cpp's server does). Responses follow the OpenAI schema, plus
+unknown RidgeFill mode) and lenient about fields that do not apply here (user, logit_bias...: accepted
+and ignored, as llama.cpp's server does). The sampling fields (OpenAI's temperature, top_p, seed,
+presence and frequency penalties; llama.cpp's top_k, min_p, repeat_penalty, repeat_last_n) reach the
+sampler; what a request leaves out is the model's default (backend/sampling.py), as in the GUI.
+Responses follow the OpenAI schema, plus
 llama.cpp server's `timings` object (backend.protocol.Timings: prompt_n, prompt_ms, ..., cache_n,
 ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made exact).
 """
@@ -10,10 +13,11 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from backend.protocol import MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
+from backend.sampling import RANGES, SamplingParams, model_defaults
 
 DEFAULT_MAX_TOKENS = 512  # when a request gives none (OpenAI's own default is "up to the context")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -38,6 +42,7 @@ class Defaults:
     split: int | None = None  # None: the model's default (backend/ridgefill/defaults.py, in the engine)
     tail: int | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
+    sampling: SamplingParams | None = None  # None: the model's defaults (backend/sampling.py: model_defaults)
 
 
 @dataclass
@@ -150,8 +155,21 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
     return {"mode": mode, "split": split, "tail": tail, "quality_share": share, "reuse_prefix": reuse}
 
 
-def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | None = None) -> Parsed:
-    """A /v1/chat/completions (chat=True) or /v1/completions body -> what to run; ApiError(400) if wrong."""
+def _sampling(body: dict, base: SamplingParams) -> SamplingParams:
+    """Each sampling field the body gives (its name is SamplingParams'), checked against its range, over `base`."""
+    given = {}
+    for f in fields(SamplingParams):
+        kind = int if isinstance(getattr(base, f.name), int) else float
+        value = _num(body, f.name, kind, None, *RANGES[f.name])
+        if value is not None:
+            given[f.name] = value
+    return replace(base, **given)
+
+
+def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | None = None,
+                  recommended: tuple = ()) -> Parsed:
+    """A /v1/chat/completions (chat=True) or /v1/completions body -> what to run; ApiError(400) if wrong.
+    `recommended`: the model file's recommended sampling (EngineReady.sampling), under what it leaves out."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
@@ -167,8 +185,7 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
     max_tokens = _num(body, "max_completion_tokens", int, None, 1)
     if max_tokens is None:
         max_tokens = _num(body, "max_tokens", int, defaults.max_tokens, 1)
-    temperature = _num(body, "temperature", float, 0.0, 0.0, 2.0)
-    seed = _num(body, "seed", int, 0)
+    sampling = _sampling(body, defaults.sampling or model_defaults(dict(recommended))[0])
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false.", param="stream", code="invalid_type")
@@ -176,13 +193,13 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
     if not isinstance(so, dict):
         raise ApiError(400, "'stream_options' must be an object.", param="stream_options", code="invalid_type")
     rf = _ridgefill(body, defaults, n_layer)
+    stop = _stop(body)
     if chat:
-        request = CompletionRequest(messages=_messages(body), max_tokens=max_tokens, temperature=temperature,
-                                    seed=seed, **rf)
+        request = CompletionRequest(messages=_messages(body), max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                    **rf)
     else:
-        request = CompletionRequest(prompt=_prompt(body), max_tokens=max_tokens, temperature=temperature,
-                                    seed=seed, **rf)
-    return Parsed(request, chat, stream, bool(so.get("include_usage")), _stop(body), model)
+        request = CompletionRequest(prompt=_prompt(body), max_tokens=max_tokens, sampling=sampling, stop=stop, **rf)
+    return Parsed(request, chat, stream, bool(so.get("include_usage")), stop, model)
 
 
 # ---- stop sequences --------------------------------------------------------------------------------

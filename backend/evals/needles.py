@@ -93,7 +93,8 @@ class NeedleItem:
         return needle_region(self.asked, self.length, tail)
 
     def request(self, mode: str = "off", split: int | None = None, tail: int | None = None) -> CompletionRequest:
-        # No prefix reuse: every item is timed and approximated from scratch.
+        # No prefix reuse: every item is timed and approximated from scratch. Greedy (the request's default
+        # sampling, penalties off): recall, sweeps, bench and tune compare answers, which must not vary by draw.
         asked = {"prompt": self.prompt} if self.prompt is not None else {"messages": self.messages}
         return CompletionRequest(**asked, max_tokens=self.max_tokens, mode=mode, split=split, tail=tail,
                                  reuse_prefix=False)

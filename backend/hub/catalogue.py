@@ -14,6 +14,13 @@ from pathlib import Path
 from .errors import HubError, UnknownModel, describe_error
 
 CATALOGUE_FILE = "catalogue.json"
+USER_MODELS = "user_models.json"  # the user's additions (`models --add`, the GUI's "Open local"), in the data dir
+
+
+def user_models_file() -> Path:
+    from backend.user_paths import data_dir
+
+    return data_dir() / USER_MODELS
 
 
 @dataclass(frozen=True)

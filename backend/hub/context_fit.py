@@ -1,6 +1,8 @@
 """Which models hold a prompt of a given length: the advice a too-long document gets."""
 from __future__ import annotations
 
+from backend.errors import DocumentTooLongError
+
 from .catalogue import ModelEntry
 from .status import model_rows
 from .settings import HubSettings
@@ -28,3 +30,14 @@ def _size(size_mb: float | None) -> str:
     if not size_mb:
         return "size unknown"
     return f"{size_mb / 1000:.2f} GB" if size_mb >= 1000 else f"{size_mb:.0f} MB"
+
+
+def with_advice(exc: DocumentTooLongError, settings: HubSettings | None = None) -> DocumentTooLongError:
+    """The same error, its message naming the installed or catalogue models whose context holds it."""
+    from .catalogue import load_catalogue, user_models_file
+
+    try:
+        text = advice(exc.tokens_needed, load_catalogue(user_models_file()), settings or HubSettings(offline=True))
+    except Exception:  # noqa: BLE001 - a damaged catalogue must not hide the error itself
+        return exc
+    return DocumentTooLongError(exc.prompt_tokens, exc.limit, exc.reserved, text)

@@ -33,7 +33,6 @@ from .settings import HubSettings
 
 log = logging.getLogger(__name__)
 
-USER_MODELS = "user_models.json"  # the user's catalogue additions in the data dir (`models --add`)
 LOCK_POLL_S = 0.5
 
 
@@ -65,13 +64,11 @@ class GetMapsResult:
 
 def entry_for(model_path: Path, settings: HubSettings):
     """The catalogue entry whose installed file is `model_path`, or None (a file not in the catalogue)."""
-    from backend.user_paths import data_dir
-
     from . import store
-    from .catalogue import load_catalogue
+    from .catalogue import load_catalogue, user_models_file
 
     target = Path(model_path).resolve()
-    for e in load_catalogue(data_dir() / USER_MODELS):
+    for e in load_catalogue(user_models_file()):
         p = store.model_path(e, settings)
         if p is not None and Path(p).resolve() == target:
             return e

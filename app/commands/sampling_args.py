@@ -1,0 +1,57 @@
+"""The sampling flags `chat` and `serve` share: the names of llama.cpp's server, each checked against
+backend/sampling.py's range when parsed; what is not given comes from the model's defaults."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields, replace
+
+from backend.sampling import GREEDY, RANGES, SamplingParams, model_defaults, range_text
+
+HELP = {
+    "temperature": "0 = greedy",
+    "top_k": "0 = off",
+    "top_p": "1 = off",
+    "min_p": "0 = off",
+    "repeat_penalty": "1 = off",
+    "repeat_last_n": "the penalties' window in tokens; 0 = off, -1 = the whole context",
+    "presence_penalty": "0 = off",
+    "frequency_penalty": "0 = off",
+    "seed": "-1 = a new one each time",
+}
+
+
+def _ranged(name: str, kind: type):
+    lo, hi = RANGES[name]
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a number' if kind is float else 'an integer'}")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{text} is outside {range_text(name)}")
+        return value
+
+    return parse
+
+
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("sampling", "Left out: the model's defaults (its file's recommendation, else "
+                                  "the app's; see docs/SERVER.md). --greedy: all off, the same answer each time.")
+    for f in fields(SamplingParams):
+        kind = int if isinstance(getattr(GREEDY, f.name), int) else float
+        g.add_argument("--" + f.name.replace("_", "-"), type=_ranged(f.name, kind), default=None,
+                       help=f"{HELP[f.name]} ({range_text(f.name)})")
+    g.add_argument("--greedy", action="store_true", help="temperature 0 and no penalties, unless a flag says more")
+
+
+def sampling_from_args(args, recommended: tuple = ()) -> SamplingParams:
+    """The flags given, over greedy (--greedy) or the model's defaults (`recommended`: ModelInfo.sampling)."""
+    base = GREEDY if args.greedy else model_defaults(dict(recommended))[0]
+    given = {f.name: getattr(args, f.name) for f in fields(SamplingParams) if getattr(args, f.name) is not None}
+    return replace(base, **given)
+
+
+def sampling_given(args) -> bool:
+    """Whether any sampling flag was given (serve: else each request gets the model's defaults)."""
+    return args.greedy or any(getattr(args, f.name) is not None for f in fields(SamplingParams))

@@ -1,0 +1,130 @@
+"""How the next token is chosen: the sampling parameters of a request, their ranges, and the defaults
+a person gets (the model file's recommendation, else the app's set).
+
+Names follow llama.cpp server's /completion. `SamplingParams()` is greedy with every penalty off: what
+the demo, evals, bench and tune run (they need the same answer every time). The GUI, the server and
+`chat` start from `model_defaults`. The chain itself (llama.cpp's samplers) is backend/sampler.py.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, fields, replace
+
+RANDOM_SEED = -1  # a new seed for each request (llama.cpp's LLAMA_DEFAULT_SEED)
+SEED_MODULUS = 0xFFFFFFFF  # llama.cpp's seeds are uint32 and 0xFFFFFFFF means "random": larger ones wrap
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy: the most likely token, every time
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    top_p: float = 1.0  # keep the most likely tokens whose probabilities sum to p; 1 = off
+    min_p: float = 0.0  # drop tokens less likely than min_p x the top token's probability; 0 = off
+    repeat_penalty: float = 1.0  # divide the logit of a token seen in the window by this; 1 = off
+    repeat_last_n: int = 64  # the window of the penalties, in tokens (prompt included); 0 = off, -1 = context
+    presence_penalty: float = 0.0  # OpenAI's: subtracted once from a token seen in the window
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted per time a token was seen in the window
+    seed: int = RANDOM_SEED  # the draw of a sampled answer; RANDOM_SEED: a new one each time
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    @property
+    def penalizes(self) -> bool:
+        return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
+                                            or self.frequency_penalty != 0.0)
+
+    def check(self) -> "SamplingParams":
+        """Itself, or ValueError naming the first field out of its range (RANGES)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = int if f.type in ("int", int) else float
+            if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+                raise ValueError(f"{f.name} must be {'a number' if kind is float else 'an integer'}, not {value!r}")
+            lo, hi = RANGES[f.name]
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise ValueError(f"{f.name} must be {range_text(f.name)}, not {value!r}")
+        return self
+
+    def with_seed(self) -> "SamplingParams":
+        """A concrete seed in place of RANDOM_SEED, so that two runs (compare with exact) draw alike."""
+        return self if self.seed != RANDOM_SEED else replace(self, seed=secrets.randbelow(SEED_MODULUS))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, base: "SamplingParams | None" = None) -> "SamplingParams":
+        """`base` (greedy when None) with the fields of `data` that have the right type and range."""
+        out = base or cls()
+        for f in fields(cls):
+            value = data.get(f.name) if isinstance(data, dict) else None
+            if value is None or isinstance(value, bool):
+                continue
+            if isinstance(getattr(out, f.name), float) and isinstance(value, int):
+                value = float(value)
+            if type(value) is type(getattr(out, f.name)):
+                try:
+                    out = replace(out, **{f.name: value}).check()
+                except ValueError:
+                    pass
+        return out
+
+
+GREEDY = SamplingParams()
+
+# (lowest, highest) of each field; None = unbounded. OpenAI's ranges where it has the parameter.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "temperature": (0.0, 2.0),
+    "top_k": (0, None),
+    "top_p": (0.0, 1.0),
+    "min_p": (0.0, 1.0),
+    "repeat_penalty": (0.5, 2.0),  # llama.cpp divides by it: it must stay well above 0
+    "repeat_last_n": (-1, None),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "seed": (RANDOM_SEED, None),
+}
+
+
+def range_text(name: str) -> str:
+    lo, hi = RANGES[name]
+    return f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+
+
+# The app's defaults for a model whose file recommends nothing: LM Studio's per-model defaults (which
+# are llama.cpp's, with its repeat penalty on), at a lower temperature: a 135M model answering about a
+# document wanders at 0.8 (the trial is in docs/MEASUREMENTS.md: sampling defaults).
+APP_DEFAULTS = SamplingParams(temperature=0.3, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1,
+                              repeat_last_n=64)
+
+# GGUF's recommended-sampling keys (llama.cpp's LLM_KV_GENERAL_SAMPLING_*) -> our field
+GGUF_KEYS = {
+    "general.sampling.temp": "temperature",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.min_p": "min_p",
+    "general.sampling.penalty_repeat": "repeat_penalty",
+    "general.sampling.penalty_last_n": "repeat_last_n",
+}
+
+
+def recommended(metadata: dict) -> dict:
+    """The model file's recommended sampling, as our fields (only the keys it has)."""
+    out = {}
+    for key, name in GGUF_KEYS.items():
+        value = metadata.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # float32 in the file: 0.95 reads 0.949999988; four places are all a recommendation has
+            out[name] = int(value) if isinstance(getattr(GREEDY, name), int) else round(float(value), 4)
+    return out
+
+
+def model_defaults(recommendation: dict) -> tuple[SamplingParams, str]:
+    """The sampling a person gets for a model: its file's recommendation (general.sampling.*) over the
+    app's defaults, and where it came from, in words."""
+    params = SamplingParams.from_dict(recommendation, APP_DEFAULTS)
+    if params != APP_DEFAULTS:
+        return params, "recommended by the model file"
+    return params, "the app's defaults (the model file recommends none)"
