@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINE = Path("backend/engine.py")
 RUNTIME = Path("backend/ridgefill/runtime.py")
 READERS = {"tokens", "all_exact", "with_cells", "approximated", "cells", "split_streams", "reusable_prefix"}
-WRITERS = {"append", "truncate", "mark_exact", "record_cells", "keep_split_streams"}
+WRITERS = {"append", "truncate", "mark_exact", "mark_clean", "record_cells", "keep_split_streams"}
 RECORD_ATTRS = {"row_record", "_rows"}  # how the Engine's record is reached
 
 
