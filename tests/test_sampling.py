@@ -51,7 +51,7 @@ def test_greedy_picks_the_argmax_of_the_logits(small_engine):
     for _ in range(len(result.tokens)):
         tok = int(np.argmax(small_engine.last_logits()))
         expected.append(tok)
-        small_engine.decode([tok], len(small_engine.cache), logits_last=True)
+        small_engine.decode([tok], len(small_engine.row_record), logits_last=True)
     assert result.tokens == expected
 
 
