@@ -252,7 +252,7 @@ def test_chat_saves_by_default_and_a_new_chat_reuses_it(tmp_path, capsys, monkey
     monkeypatch.setenv("RIDGEFILL_CACHE_DIR", str(tmp_path))
     doc = tmp_path / "doc.txt"
     doc.write_text("\n\n".join(corpus_texts())[:2500], encoding="utf-8")
-    ask = ["--ctx", "2048", "--threads", "2", "chat", "--doc", str(doc), "--json", "--max-tokens", "1"]
+    ask = ["--ctx", "2048", "--threads", "2", "chat", "--doc", str(doc), "--json", "--max-tokens", "1", "--mode", "off"]
 
     def chat(question, *extra):
         assert run_cli(ask[:5] + [question] + ask[5:] + list(extra)) == 0

@@ -44,7 +44,7 @@ def _document(engine, n_tokens: int) -> str:
 def _chat(args, doc: Path, question: str, cache_dir: Path, *extra: str) -> dict:
     """`chat --json` in a new process (a reopened app): its timings."""
     cmd = [sys.executable, "-m", "app", "--ctx", str(args.ctx), "chat", "--doc", str(doc), question, "--json",
-           "--max-tokens", "1", *extra]
+           "--max-tokens", "1", "--mode", "off", *extra]  # the issue's reference: the exact prefill
     if args.model:
         cmd[3:3] = ["--model", args.model]
     if args.threads:
