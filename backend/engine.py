@@ -548,7 +548,6 @@ class Engine:
         t_gen = time.perf_counter()
         max_new = min(request.max_tokens, self.n_ctx - len(tokens))
         with SamplerChain(request.sampling, n_vocab=self.n_vocab, n_ctx=self.n_ctx) as sampler:
-            sampler.accept_prompt(tokens)
             out, text, finish, first_at = self.generate(
                 max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops),
                 on_event=on_event, cancel=cancel)

@@ -3,7 +3,10 @@
 The order is llama.cpp's (common/sampling.cpp): penalties, top-k, top-p, min-p, temperature, then a
 draw (`dist`, seeded). At temperature 0 the chain is the penalties (when on) and `greedy`, which picks
 the first largest logit, as numpy's argmax does: with penalties off, the same token as before.
-As llama.cpp's server does, the penalties see the end of the prompt as well as the answer so far.
+The penalties count the answer's own tokens only, not the prompt's (llama.cpp's server counts both):
+an answer about a document restates its question, and with the question's words penalized the embedded
+model wrote "The code of the vault refers to..." where it had answered "...is 4729185"
+(docs/MEASUREMENTS.md#sampling-defaults).
 """
 from __future__ import annotations
 
@@ -21,19 +24,20 @@ class SamplerChain:
     def __init__(self, params: SamplingParams, *, n_vocab: int, n_ctx: int):
         self._chain = None
         self.params = params.check()
-        self._window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
         cparams = llama_cpp.llama_sampler_chain_default_params()
         cparams.no_perf = True
         self._chain = llama_cpp.llama_sampler_chain_init(cparams)
         if not self._chain:
             raise EngineError("llama.cpp could not create a sampler chain")
-        for smpl in self._samplers(params, n_vocab):
+        for smpl in self._samplers(params, n_vocab, n_ctx):
             llama_cpp.llama_sampler_chain_add(self._chain, smpl)  # the chain owns it from here
 
-    def _samplers(self, p: SamplingParams, n_vocab: int) -> list:
+    @staticmethod
+    def _samplers(p: SamplingParams, n_vocab: int, n_ctx: int) -> list:
         out = []
         if p.penalizes:
-            out.append(llama_cpp.llama_sampler_init_penalties(n_vocab, self._window, p.repeat_penalty,
+            window = n_ctx if p.repeat_last_n < 0 else p.repeat_last_n
+            out.append(llama_cpp.llama_sampler_init_penalties(n_vocab, window, p.repeat_penalty,
                                                               p.frequency_penalty, p.presence_penalty))
         if p.greedy:
             return out + [llama_cpp.llama_sampler_init_greedy()]
@@ -46,12 +50,6 @@ class SamplerChain:
         out.append(llama_cpp.llama_sampler_init_temp(p.temperature))
         seed = llama_cpp.LLAMA_DEFAULT_SEED if p.seed < 0 else p.seed % SEED_MODULUS
         return out + [llama_cpp.llama_sampler_init_dist(seed)]
-
-    def accept_prompt(self, tokens: list[int]) -> None:
-        """The end of the prompt, as far back as the penalties look: tokens already said."""
-        if self.params.penalizes:
-            for tok in tokens[-self._window:]:
-                llama_cpp.llama_sampler_accept(self._chain, tok)
 
     def sample(self, ctx) -> int:
         """The next token from the last decoded row's logits in `ctx`; the chain accepts it."""

@@ -148,11 +148,13 @@ def test_ridgefill_options_reach_the_engine(client, model):
 
 
 # ---- sampling -------------------------------------------------------------------------------------
-LISTING = [{"role": "user", "content": "List the days of the week."}]  # greedy repeats "1. ", "\n": penalties bite
+# Greedy's poem says "a", "tale" and "," again within 24 tokens: each penalty changes it (the list of days did
+# not move for presence_penalty 2: the penalties count the answer only, and its margins are wide).
+POEM = [{"role": "user", "content": "Write a short poem about the sea."}]
 
 
 def completion(client, model, **kw) -> str:
-    return client.chat.completions.create(model=model, messages=LISTING, max_tokens=24, **kw).choices[0].message.content
+    return client.chat.completions.create(model=model, messages=POEM, max_tokens=24, **kw).choices[0].message.content
 
 
 def test_each_sampling_parameter_reaches_the_sampler(client, model):
@@ -165,7 +167,7 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     assert completion(client, model, temperature=2.0, seed=11, top_p=0.0) == greedy
     for only_the_top in ({"top_k": 1}, {"min_p": 1.0}):  # llama.cpp's, as extra body fields
         assert completion(client, model, temperature=2.0, seed=11, extra_body=only_the_top) == greedy, only_the_top
-    # each penalty (at temperature 0) moves the answer off its repeated list marks
+    # each penalty (at temperature 0) moves the answer off its repeated words
     assert completion(client, model, presence_penalty=2.0) != greedy
     assert completion(client, model, frequency_penalty=2.0) != greedy
     assert completion(client, model, extra_body={"repeat_penalty": 2.0}) != greedy
@@ -178,7 +180,7 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     ("seed", -2), ("seed", "lucky"),
 ])
 def test_a_wrong_sampling_value_gets_400(server, field, value):
-    status, body = post_raw(server, "/v1/chat/completions", json.dumps({"messages": LISTING, field: value}).encode())
+    status, body = post_raw(server, "/v1/chat/completions", json.dumps({"messages": POEM, field: value}).encode())
     assert status == 400 and body["error"]["param"] == field, body
     assert body["error"]["code"] in ("invalid_value", "invalid_type") and field in body["error"]["message"]
 
@@ -192,8 +194,8 @@ def test_left_out_sampling_is_the_models_default():
 
     assert parsed({}).sampling == APP_DEFAULTS
     assert parsed({}, (("temperature", 0.6), ("top_k", 20))).sampling.temperature == 0.6
-    req = parsed({"temperature": 0.0, "top_k": 5, "stop": ["\n"]})
-    assert (req.sampling.temperature, req.sampling.top_k, req.sampling.top_p) == (0.0, 5, APP_DEFAULTS.top_p)
+    req = parsed({"temperature": 0.5, "top_k": 5, "stop": ["\n"]})
+    assert (req.sampling.temperature, req.sampling.top_k, req.sampling.top_p) == (0.5, 5, APP_DEFAULTS.top_p)
     assert req.stop == ["\n"] and not req.stop_loops  # stop strings reach the engine; a client's loop is its own
     with pytest.raises(ApiError):
         parsed({"min_p": 2})

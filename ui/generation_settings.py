@@ -35,7 +35,7 @@ ROWS = {
     "top_p": ("Top-p", 0.01, 3, "keep the most likely tokens that make up this share (1 = off)"),
     "min_p": ("Min-p", 0.01, 3, "drop tokens less likely than this share of the top one (0 = off)"),
     "repeat_penalty": ("Repeat penalty", 0.01, 2, "make tokens seen in the window less likely (1 = off)"),
-    "repeat_last_n": ("Penalty window", 16, 0, "the tokens the penalties look back on (0 = off)"),
+    "repeat_last_n": ("Penalty window", 16, 0, "the answer's last tokens the penalties look back on (0 = off)"),
     "presence_penalty": ("Presence penalty", 0.05, 2, "OpenAI's: once per token seen (0 = off)"),
     "frequency_penalty": ("Frequency penalty", 0.05, 2, "OpenAI's: per time a token was seen (0 = off)"),
     "seed": ("Seed", 1, 0, "the draw; 'random' = a new one per question (both runs of a comparison share it)"),
@@ -99,7 +99,7 @@ class GenerationSettings(QGroupBox):
         if name == "seed":
             box.setSpecialValueText("random")  # shown at the minimum, RANDOM_SEED
         elif name == "repeat_last_n":
-            box.setSpecialValueText("whole context")  # -1
+            box.setSpecialValueText("whole answer")  # -1
         return box
 
     # -- the model shown --

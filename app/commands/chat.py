@@ -24,7 +24,8 @@ def register(sub) -> None:
                    help="off (exact) or a RidgeFill mode (default: the app's, guided on most models)")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S")
     p.add_argument("--tail", type=int, default=None, help="RidgeFill exact tail T")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="end the answer before TEXT (repeatable)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end the answer before TEXT (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_sampling_args(p)
     p.add_argument("--no-cache", action="store_true",

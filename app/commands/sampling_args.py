@@ -13,7 +13,7 @@ HELP = {
     "top_p": "1 = off",
     "min_p": "0 = off",
     "repeat_penalty": "1 = off",
-    "repeat_last_n": "the penalties' window in tokens; 0 = off, -1 = the whole context",
+    "repeat_last_n": "the penalties' window: the answer's last n tokens; 0 = off, -1 = all of it",
     "presence_penalty": "0 = off",
     "frequency_penalty": "0 = off",
     "seed": "-1 = a new one each time",
