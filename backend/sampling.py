@@ -93,10 +93,8 @@ def range_text(name: str) -> str:
     return f"{lo} to {hi}" if hi is not None else f"at least {lo}"
 
 
-# The app's defaults for a model whose file recommends nothing: LM Studio's per-model set (llama.cpp's, with
-# its repeat penalty on) at temperature 0. On the embedded model, questions about documents were answered
-# right 4/4 greedy with the penalty, 14/24 at 0.3, 10/24 at 0.8 (docs/MEASUREMENTS.md#sampling-defaults);
-# the penalty still breaks greedy's loops. Top-k, top-p and min-p apply once a person raises the temperature.
+# The app's defaults where the file recommends nothing: LM Studio's set at temperature 0, the repeat penalty
+# kept to break greedy's loops (docs/MEASUREMENTS.md#sampling-defaults).
 APP_DEFAULTS = SamplingParams(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1,
                               repeat_last_n=64)
 
