@@ -72,6 +72,13 @@ def copy_of(saved, cache) -> Path:
     return folder
 
 
+def _left(cache) -> list:
+    """What the cache folder holds besides the per-model-file key record (prompt_reuse.KEYS_FILE)."""
+    from backend.prompt_reuse import KEYS_FILE
+
+    return [p for p in cache.root.iterdir() if p.name != KEYS_FILE]
+
+
 def test_save_then_load_in_a_new_engine_gives_the_same_next_token_logits(engines, saved, cache):
     _, b = engines
     toks, tag, _, (facts_a, arrays_a), ref = saved
@@ -149,7 +156,7 @@ def test_a_bad_entry_is_refused_the_prompt_prefilled_and_the_entry_removed(engin
     note = restore(b, cache, toks, tag)
     assert reason in note and "prefilled the prompt instead" in note
     assert len(b.row_record) == 0 and not folder.exists() and cache.entries() == []
-    assert not list(cache.root.iterdir())  # nothing left, hidden or not
+    assert not _left(cache)  # nothing left, hidden or not
 
 
 def test_a_refused_entry_leaves_the_request_exact_and_its_reason_in_the_note(engines, cache, model_path):
@@ -180,7 +187,7 @@ def test_a_full_disk_while_saving_leaves_no_half_written_entry(engines, cache, m
     monkeypatch.setattr(pc, "_write_state", half_then_full)
     with pytest.raises(OSError):
         save_rows(a, cache)
-    assert list(cache.root.iterdir()) == []
+    assert _left(cache) == []
 
 
 def test_a_save_stopped_between_pieces_writes_nothing(engines, cache, monkeypatch):
@@ -191,7 +198,7 @@ def test_a_save_stopped_between_pieces_writes_nothing(engines, cache, monkeypatc
     monkeypatch.setattr(pc, "WRITE_CHUNK", 1 << 16)
     calls = iter(range(100))
     assert save_rows(a, cache, cancel=lambda: next(calls) >= 3) is None
-    assert list(cache.root.iterdir()) == []
+    assert _left(cache) == []
 
 
 def test_eviction_keeps_the_limit_least_recently_used_first(tmp_path):
