@@ -53,7 +53,7 @@ def test_an_automatic_context_follows_the_document():
         assert e.n_ctx == CTX_STEP and e.n_ctx_max == 8192
         short = complete(e, CompletionRequest(prompt="The sky is", max_tokens=2))
         assert short.prompt_tokens < 100 and e.n_ctx == CTX_STEP and runtime(e).refused is None
-        words = " ".join(f"w{i}" for i in range(2600))  # about 5,000 tokens
+        words = "The harbour log, page by page. " * 700  # about 5,000 tokens
         res = complete(e, CompletionRequest(prompt=words, max_tokens=4, mode="speed", split=18))
         assert res.prompt_tokens > CTX_STEP and e.n_ctx == 8192
         assert res.timings.mode == "speed" and res.timings.bulk_n > 0, res.timings.note  # the layout followed

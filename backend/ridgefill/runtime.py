@@ -140,7 +140,7 @@ def runtime(engine) -> RidgeFillRuntime:
     rt = engine.ridgefill_runtime
     if rt is None:
         engine.ridgefill_runtime = rt = RidgeFillRuntime(engine)
-    elif rt.context_generation != getattr(engine, "context_generation", 0):
+    elif getattr(rt, "context_generation", 0) != getattr(engine, "context_generation", 0):
         rt.rebind(engine)
     return rt
 
