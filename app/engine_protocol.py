@@ -133,7 +133,7 @@ class StageNote:
 
 @dataclass
 class TuneRequest:
-    budget_s: float = 600.0
+    budget_s: float | None = None  # None: the tune's default (longer for a long-context model)
     splits: list[int] | None = None
     length: int | None = None
     ttft_length: int | None = None
