@@ -88,7 +88,7 @@ def physical_ram() -> int | None:
 
 def context_cap(info: ModelInfo) -> int:
     """The most tokens an automatic context grows to: the model's trained context, and no more than a
-    K/V cache of KV_RAM_SHARE of the RAM holds (never below DEFAULT_N_CTX's share of it)."""
+    K/V cache of KV_RAM_SHARE of the RAM holds, but never less than DEFAULT_N_CTX (or the trained context)."""
     from .model_file import kv_bytes_per_token
 
     cap = info.n_ctx_train or DEFAULT_N_CTX
@@ -181,7 +181,8 @@ class Engine:
         # The most tokens the context may hold: the asked size, or (AUTO_CTX) the model's trained context
         # and what RAM allows; an automatic context starts small and grows with the document.
         self.auto_ctx = config.n_ctx == AUTO_CTX
-        self.n_ctx_max = context_cap(self.info) if self.auto_ctx else min(config.n_ctx, self.info.n_ctx_train or config.n_ctx)
+        trained = self.info.n_ctx_train or config.n_ctx
+        self.n_ctx_max = context_cap(self.info) if self.auto_ctx else min(config.n_ctx, trained)
         self.n_seq = N_SEQ
         # With a full-size sliding-window cache, the last sequence holds every cell sequence 0 holds:
         # llama.cpp's sliding-window cache reuses a cell outside the window only when one sequence holds

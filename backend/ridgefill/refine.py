@@ -24,8 +24,10 @@ from .lower_skip import SplitStreams
 from .redecode import Run, redecode_exact
 from .runtime import runtime
 
-TARGET_S = 0.25  # per chunk: a new request waits at most this long (the issue asks for under 0.5 s)
-MIN_CHUNK = 16
+TARGET_S = 0.4  # per chunk: a new request waits at most about this long (the issue asks for under 0.5 s)
+# Fewer rows than this take llama.cpp's per-row attention kernel, about twice as slow per row as the
+# tiled one (docs/MEASUREMENTS.md#one-call-re-decode; docs/MEASUREMENTS.md#refinement-chunks).
+MIN_CHUNK = 64
 FIRST_CHUNK = 64  # until the first chunk's time says how many rows fit TARGET_S
 
 
@@ -48,8 +50,9 @@ class Refinement:
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
         rt = runtime(self.engine)
-        if rt.swa_layers:
-            return "refinement needs a model without sliding-window layers (rows decoded again lose their window)"
+        if rt.swa_layers and not rt.windows_kept:
+            return ("refinement needs every row's sliding window kept (a full-size sliding-window cache): rows "
+                    "decoded again would lose their window")
         free = self.engine.n_ctx - len(self.engine.row_record)
         if not self.done and free < MIN_CHUNK:
             return f"the context has {free} free cells: too few to decode rows again beside the old ones"
