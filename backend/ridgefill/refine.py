@@ -40,7 +40,9 @@ class Refinement:
 
     def __init__(self, engine):
         self.engine = engine
-        self.chunk = FIRST_CHUNK
+        # rows per chunk, learned apart for chunks that skip the lower layers and chunks that run them all
+        # (a size learned on one kind made the other's chunk take ten times TARGET_S)
+        self.chunk = {True: FIRST_CHUNK, False: FIRST_CHUNK}
         self.step_s: list[float] = []  # each chunk's time (the bench reports the longest)
 
     @property
@@ -68,7 +70,8 @@ class Refinement:
         if why:
             raise RefineRefused(why)
         rt = runtime(engine)
-        limit = min(self.chunk, engine.ubatch_rows, engine.n_ctx - n, n - start)
+        skip = bool(rows.streams_kept(start, start + 1)[0])
+        limit = min(self.chunk[skip], engine.ubatch_rows, engine.n_ctx - n, n - start)
         kept = rows.streams_kept(start, start + limit)
         # a chunk skips the lower layers only if every row in it can
         end = start + next((i for i, k in enumerate(kept) if k != kept[0]), limit)
@@ -79,8 +82,8 @@ class Refinement:
         engine.mark_clean(start, end)  # their history was clean: the clean prefix moves on
         dt = time.perf_counter() - t0
         self.step_s.append(dt)
-        if end - start >= self.chunk or dt > TARGET_S:  # a full chunk's time says what fits
-            self.chunk = max(MIN_CHUNK, min(engine.ubatch_rows, int((end - start) * TARGET_S / max(dt, 1e-6))))
+        if end - start >= self.chunk[skip] or dt > TARGET_S:  # a full chunk's time says what fits
+            self.chunk[skip] = max(MIN_CHUNK, min(engine.ubatch_rows, int((end - start) * TARGET_S / max(dt, 1e-6))))
         return end - start
 
     def run(self, should_stop=None) -> int:
