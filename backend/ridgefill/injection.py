@@ -334,7 +334,7 @@ def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> N
     pass left unwritten (only the tail reads a window there): a row decoded again attends to them.
     Written from the kept split streams' predictions, so writing a row twice writes the same values."""
     swa_from = bulk_end - rt.n_swa  # from here on the bulk pass wrote them
-    approx = set(engine.row_record.approximated(0, min(swa_from, bulk_end)))
+    approx = set(engine.row_record.approximated(0, max(0, swa_from)))
     rows = sorted({q for r in runs for q in range(max(0, r.start - rt.n_swa + 1), r.start) if q in approx})
     if not rows:
         return
