@@ -156,7 +156,8 @@ def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
     from backend.evals.tune import _checked_splits
 
     gemma = SimpleNamespace(n_layer=18)
-    assert _checked_splits(None, gemma, 12, floor=6) == [7, 9, 11, 12]  # 5: below the global cache's first layer
+    # 5 is below the global cache's first layer: the lowest candidate moves up to 6
+    assert _checked_splits(None, gemma, 12, floor=6) == [6, 7, 9, 11, 12]
     with pytest.raises(RidgeFillError, match="6..16"):
         _checked_splits([5, 9], gemma, 12, floor=6)
     assert _checked_splits([9, 12], gemma, 12) == [9, 12]

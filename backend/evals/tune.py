@@ -218,9 +218,9 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None 
 
 
 def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1) -> list[int]:
-    """The candidates asked for (sorted, once each), else the standard ones from `floor` on (the lowest
-    split RidgeFill can run at: runtime.min_split); each must leave layers to map."""
-    splits = sorted(set(splits)) if splits else [s for s in candidate_splits(info.n_layer, default) if s >= floor]
+    """The candidates asked for (sorted, once each), else the standard ones, a share below `floor` (the
+    lowest split RidgeFill can run at: runtime.min_split) moved up to it; each must leave layers to map."""
+    splits = sorted(set(splits)) if splits else sorted({max(s, floor) for s in candidate_splits(info.n_layer, default)})
     lo = max(1, floor)
     bad = [s for s in splits if not lo <= s <= info.n_layer - 2]
     if bad:
