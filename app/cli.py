@@ -9,7 +9,7 @@ import sys
 
 from app.logging_setup import setup_logging
 from backend.errors import RidgeFillError
-from backend.protocol import DEFAULT_N_CTX
+from backend.protocol import AUTO_CTX
 
 # One module per command; each adds its own sub-parser and sets `func`. The product's commands first,
 # then the eval tooling's (listed in this order in --help).
@@ -44,7 +44,9 @@ def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) ->
     parser.add_argument("--model", default=d(None),
                         help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
-    parser.add_argument("--ctx", type=int, default=d(DEFAULT_N_CTX), help="context size in tokens (capped at the model's)")
+    parser.add_argument("--ctx", type=int, default=d(AUTO_CTX),
+                        help="context size in tokens, capped at the model's (default 0: follows the document, up to "
+                             "the model's trained context and a K/V cache of a quarter of the RAM)")
     parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
 
 

@@ -68,11 +68,11 @@ def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
     reserve = engine.answer_reserve(req.request.max_tokens)
     try:
         engine.check_fits(len(tokens), req.request.max_tokens)
-        return CountResult(len(tokens), engine.n_ctx, reserve, True)
+        return CountResult(len(tokens), engine.n_ctx_max, reserve, True)
     except DocumentTooLongError as exc:
         from backend.hub.context_fit import with_advice
 
-        return CountResult(len(tokens), engine.n_ctx, reserve, False, str(with_advice(exc)))
+        return CountResult(len(tokens), engine.n_ctx_max, reserve, False, str(with_advice(exc)))
 
 
 def _maps_status(engine, req: MapsStatusRequest, on_event, cancel) -> MapsStatus:
@@ -215,7 +215,7 @@ def _ready(engine, load_s: float) -> EngineReady:
 
     info = engine.info
     return EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer, info.n_embd,
-                       engine.n_ctx, info.n_ctx_train, int(defaults.default_split(info)),
+                       engine.n_ctx_max, info.n_ctx_train, int(defaults.default_split(info)),
                        int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s,
                        summary(read_tuned(info)), sampling=info.sampling)
 

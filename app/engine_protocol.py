@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, Union
 
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
-from backend.protocol import DEFAULT_N_CTX, CompletionRequest
+from backend.protocol import AUTO_CTX, CompletionRequest
 
 
 class TaskKind(str, Enum):
@@ -40,7 +40,7 @@ class EngineSettings:
     """How to build the engine (the child builds an EngineConfig from it; a restart reuses it)."""
 
     model_path: str
-    n_ctx: int = DEFAULT_N_CTX
+    n_ctx: int = AUTO_CTX  # 0: the context follows the document
     n_threads: int | None = None
     n_batch: int = 512
     warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
@@ -133,7 +133,7 @@ class StageNote:
 
 @dataclass
 class TuneRequest:
-    budget_s: float = 600.0
+    budget_s: float | None = None  # None: the tune's default (longer for a long-context model)
     splits: list[int] | None = None
     length: int | None = None
     ttft_length: int | None = None

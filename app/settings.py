@@ -15,7 +15,7 @@ from pathlib import Path
 from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
-from backend.protocol import DEFAULT_MAX_TOKENS, DEFAULT_N_CTX
+from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
@@ -24,7 +24,7 @@ FILE_NAME = "settings.json"
 @dataclass
 class Settings:
     threads: int = 0  # 0 = all cores
-    n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context by the engine
+    n_ctx: int = AUTO_CTX  # 0: follows the document (backend/engine.context_cap); else capped at the model's
     max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer, on a model with no Generation settings of its own
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)

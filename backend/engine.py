@@ -22,6 +22,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
 from .model_file import ModelInfo, read_model_info
 from .protocol import (
+    AUTO_CTX,
     DEFAULT_N_CTX,
     ChatMessage,
     CompletionRequest,
@@ -62,12 +63,39 @@ class EngineConfig:
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     n_batch: int = 512  # prefill chunk size: progress and cancel happen between chunks
     n_ubatch: int = 512
+    # Sliding-window layers keep every row (llama.cpp's full-size SWA cache), so a row decoded again deep
+    # in the prompt finds its window's history (guided, quality on gemma3); costs a cache of n_ctx rows
+    # per sliding-window layer (docs/MEASUREMENTS.md#guided-on-sliding-window-models).
+    swa_full: bool = True
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
 # runs goes through llama.cpp in one batch: its small-batch path is slower per row,
 # docs/MEASUREMENTS.md#exact-rows-in-one-decode) and probes.
 N_SEQ = 32
+
+CTX_STEP = 4096  # an automatic context grows in steps of this many tokens
+KV_RAM_SHARE = 0.25  # an automatic context's K/V cache takes at most this share of the machine's RAM
+
+
+def physical_ram() -> int | None:
+    """This machine's RAM in bytes, where the OS says (Linux, macOS); None elsewhere."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def context_cap(info: ModelInfo) -> int:
+    """The most tokens an automatic context grows to: the model's trained context, and no more than a
+    K/V cache of KV_RAM_SHARE of the RAM holds, but never less than DEFAULT_N_CTX (or the trained context)."""
+    from .model_file import kv_bytes_per_token
+
+    cap = info.n_ctx_train or DEFAULT_N_CTX
+    ram = physical_ram()
+    if ram:
+        cap = min(cap, max(min(cap, DEFAULT_N_CTX), int(ram * KV_RAM_SHARE) // kv_bytes_per_token(info)))
+    return cap
 
 
 @dataclass
@@ -150,39 +178,22 @@ class Engine:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
 
-        n_ctx = min(config.n_ctx, self.info.n_ctx_train) if self.info.n_ctx_train else config.n_ctx
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = config.n_batch
-        cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
-        # Several sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows
-        # again on sequences that share sequence 0's cells, then hands the new cells to sequence 0.
-        # Everything else uses sequence 0 only.
+        # The most tokens the context may hold: the asked size, or (AUTO_CTX) the model's trained context
+        # and what RAM allows; an automatic context starts small and grows with the document.
+        self.auto_ctx = config.n_ctx == AUTO_CTX
+        trained = self.info.n_ctx_train or config.n_ctx
+        self.n_ctx_max = context_cap(self.info) if self.auto_ctx else min(config.n_ctx, trained)
         self.n_seq = N_SEQ
-        cparams.n_seq_max = self.n_seq
-        cparams.kv_unified = True
-        cparams.n_threads = config.n_threads
-        cparams.n_threads_batch = config.n_threads
-        # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
-        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cparams.type_k = GGML_TYPE_F16
-        cparams.type_v = GGML_TYPE_F16
-        cparams.no_perf = True
+        # With a full-size sliding-window cache, the last sequence holds every cell sequence 0 holds:
+        # llama.cpp's sliding-window cache reuses a cell outside the window only when one sequence holds
+        # it, so no row's window is ever overwritten and both caches give every row the same cell.
+        self.pin_seq: int | None = N_SEQ - 1 if config.swa_full and self.info.sliding_window > 0 else None
         self.eval_hook: EvalHook | None = None
         self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)  # keep a reference
-        cparams.cb_eval = self._eval_cb
-        cparams.cb_eval_user_data = None
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-            raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.context_generation = 0  # counts the contexts made: RidgeFill's layout belongs to one
+        self._ctx = None
+        self._make_context(min(CTX_STEP, self.n_ctx_max) if self.auto_ctx else self.n_ctx_max)
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
-        # What sequence 0's cells hold, row by row (exact or approximated, and how): written only by
-        # this class (decode, truncate_cache and the record's section below); read it as `row_record`.
-        self._rows = RowRecord()
         # RidgeFill's per-engine state (backend/ridgefill/runtime.py makes it and is its only writer);
         # the engine never reads it, so it need not import RidgeFill.
         self.ridgefill_runtime: object | None = None
@@ -193,6 +204,42 @@ class Engine:
         self._formatter = (
             Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
         )
+
+    def _make_context(self, n_ctx: int) -> None:
+        """A new llama.cpp context of `n_ctx` tokens in place of the old one (its cache is gone)."""
+        config = self.config
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
+        # Several sequences on one unified cache: RidgeFill's quality mode decodes selected bulk rows
+        # again on sequences that share sequence 0's cells, then hands the new cells to sequence 0.
+        cparams.n_seq_max = self.n_seq
+        cparams.kv_unified = True
+        cparams.swa_full = config.swa_full
+        cparams.n_threads = config.n_threads
+        cparams.n_threads_batch = config.n_threads
+        # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = GGML_TYPE_F16
+        cparams.type_v = GGML_TYPE_F16
+        cparams.no_perf = True
+        cparams.cb_eval = self._eval_cb
+        cparams.cb_eval_user_data = None
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+            raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        # What sequence 0's cells hold, row by row (exact or approximated, and how): written only by
+        # this class (decode, truncate_cache and the record's section below); read it as `row_record`.
+        self._rows = RowRecord()
+        self.context_generation += 1
 
     # ---- the row record (backend/row_record.py) -------------------------------------------------
     @property
@@ -243,6 +290,7 @@ class Engine:
         n = len(state)
         read = llama_cpp.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(state), n, 0)
         held = llama_cpp.llama_memory_seq_pos_max(self._mem, 0) + 1
+        self._pin(0, held)
         if read != n or held != len(rows):
             self.truncate_cache(0)
             raise EngineError(f"llama.cpp took {read:,} of the state's {n:,} bytes, holding {held:,} rows "
@@ -321,12 +369,21 @@ class Engine:
 
     def answer_reserve(self, max_tokens: int) -> int:
         """Room kept after the prompt for an answer of up to `max_tokens` (at most half the context)."""
-        return max(1, min(max_tokens, self.n_ctx // 2))
+        return max(1, min(max_tokens, self.n_ctx_max // 2))
 
     def check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        """DocumentTooLongError unless the prompt and its answer fit the most this context may hold."""
         reserve = self.answer_reserve(max_tokens)
-        if n_prompt + reserve > self.n_ctx:
-            raise DocumentTooLongError(n_prompt, self.n_ctx, reserve)
+        if n_prompt + reserve > self.n_ctx_max:
+            raise DocumentTooLongError(n_prompt, self.n_ctx_max, reserve)
+
+    def make_room(self, n_prompt: int, max_tokens: int) -> None:
+        """check_fits, then an automatic context grows (in CTX_STEP steps) to hold the prompt and its
+        answer: the cached rows are lost, the prompt is prefilled anew."""
+        self.check_fits(n_prompt, max_tokens)
+        need = n_prompt + self.answer_reserve(max_tokens)
+        if need > self.n_ctx and self.auto_ctx:
+            self._make_context(min(self.n_ctx_max, -(-need // CTX_STEP) * CTX_STEP))
 
     # ---- low level -----------------------------------------------------------------------------
     def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,
@@ -338,7 +395,13 @@ class Engine:
         n = len(tokens)
         self.decode_rows(tokens, range(start_pos, start_pos + n), [0] * n, logits_last=logits_last,
                          logits_all=logits_all)
+        self._pin(start_pos, start_pos + n)
         self._rows.append(tokens, approx_tag)
+
+    def _pin(self, p0: int, p1: int) -> None:
+        """The pin sequence (see __init__) takes sequence 0's cells at positions [p0, p1)."""
+        if self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_cp(self._mem, 0, self.pin_seq, p0, p1)
 
     @property
     def ubatch_rows(self) -> int:
@@ -376,6 +439,8 @@ class Engine:
         """Drop cached KV from position n_keep on."""
         if n_keep > 0 and not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
             n_keep = 0
+        if n_keep > 0 and self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, n_keep, -1)
         if n_keep <= 0:
             llama_cpp.llama_memory_clear(self._mem, True)
         self._rows.truncate(max(0, n_keep))
@@ -392,16 +457,25 @@ class Engine:
     def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
         """Let sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
         llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+        if dst == 0:
+            self._pin(p0, p1)
 
     def seq_remove(self, seq: int, p0: int, p1: int) -> None:
         """Take sequence `seq` off its cells at positions [p0, p1) (-1, -1: all); a cell no sequence
         holds is free."""
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
             raise EngineError(f"llama.cpp could not remove positions {p0}..{p1} of sequence {seq}")
+        if seq == 0 and self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, p0, p1)
+
+    @property
+    def spare_sequences(self) -> range:
+        """The sequences that serve rows decoded again and probes (1.., less the pin)."""
+        return range(1, self.n_seq if self.pin_seq is None else self.pin_seq)
 
     def clear_spare_sequences(self) -> None:
-        """Sequences 1.. (rows decoded again, probes) let go of every cell."""
-        for s in range(1, self.n_seq):
+        """The spare sequences let go of every cell."""
+        for s in self.spare_sequences:
             self.seq_remove(s, -1, -1)
 
     def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
@@ -528,7 +602,7 @@ class Engine:
         answer. RidgeFill modes need RidgeFill's planner: `backend.completion.complete` passes it."""
         t_start = time.perf_counter()
         tokens = self.prompt_tokens(request)
-        self.check_fits(len(tokens), request.max_tokens)
+        self.make_room(len(tokens), request.max_tokens)
         if planner is None:
             if request.mode != "off":
                 raise ValueError(f"mode {request.mode!r} needs a planner (use backend.completion.complete)")

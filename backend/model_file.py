@@ -58,6 +58,7 @@ class ModelInfo:
     size_bytes: int
     chat_template: str | None
     sliding_window: int = 0  # the window of a sliding-window attention layer (gemma3), in tokens; 0: none
+    head_dim: int = 0  # K/V width of one attention head (0: n_embd / n_head)
     sampling: tuple = ()  # the file's recommended sampling (general.sampling.*) as (field, value) pairs
 
 
@@ -130,8 +131,15 @@ def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
         size_bytes=p.stat().st_size,
         chat_template=template if isinstance(template, str) else None,
         sliding_window=int(window) if isinstance(window, (int, float)) else 0,
+        head_dim=int(fields.get(f"{arch}.attention.key_length") or 0),
         sampling=tuple(sorted(recommended(fields).items())),
     )
+
+
+def kv_bytes_per_token(info: ModelInfo) -> int:
+    """The F16 K/V cache one token takes in every layer (what a context of n tokens costs, times n)."""
+    head_dim = info.head_dim or info.n_embd // max(1, info.n_head)
+    return info.n_layer * info.n_head_kv * head_dim * 2 * 2
 
 
 def open_reader(path: Path):

@@ -13,6 +13,9 @@ MODES: tuple[str, ...] = ("off", "speed", "quality", "guided", "plumb")
 RIDGEFILL_MODES: tuple[str, ...] = MODES[1:]
 
 DEFAULT_N_CTX = 8192  # context asked for unless told; the engine caps it at the model's training context
+# n_ctx 0: the context follows the document, up to the model's trained context and what RAM allows
+# (Engine.n_ctx_max); it starts at 4,096 tokens and grows when a prompt needs more (Engine.make_room).
+AUTO_CTX = 0
 DEFAULT_MAX_TOKENS = 256  # room kept for each answer unless told
 
 

@@ -38,3 +38,22 @@ def test_a_too_long_request_names_the_models_that_hold_it(small_engine):
         complete(small_engine, CompletionRequest(prompt="word " * 3000, max_tokens=16))
     assert "Models whose context holds it: SmolLM2 135M Instruct (8K context" in str(err.value)
     assert err.value.prompt_tokens > 2048 and err.value.advice
+
+
+def test_an_automatic_context_follows_the_document():
+    """--ctx 0: the context starts small and grows to hold a longer prompt and its answer (up to the
+    model's trained context), and RidgeFill runs on the grown context."""
+    from backend.completion import complete
+    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.model_file import embedded_model_path
+    from backend.protocol import AUTO_CTX, CompletionRequest
+    from backend.ridgefill.runtime import runtime
+
+    with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
+        assert e.n_ctx == CTX_STEP and e.n_ctx_max == 8192
+        short = complete(e, CompletionRequest(prompt="The sky is", max_tokens=2))
+        assert short.prompt_tokens < 100 and e.n_ctx == CTX_STEP and runtime(e).refused is None
+        words = "The harbour log, page by page. " * 700  # about 5,000 tokens
+        res = complete(e, CompletionRequest(prompt=words, max_tokens=4, mode="speed", split=18))
+        assert res.prompt_tokens > CTX_STEP and e.n_ctx == 8192
+        assert res.timings.mode == "speed" and res.timings.bulk_n > 0, res.timings.note  # the layout followed

@@ -136,6 +136,19 @@ def test_the_decision_rule():
     assert candidate_splits(30, 12) == [9, 12, 15, 18] and candidate_splits(18, 12) == [5, 7, 9, 11, 12]
 
 
+def test_tune_judges_a_long_context_model_at_16k_too():
+    from types import SimpleNamespace
+
+    from backend.evals.tune import LONG_LENGTH, long_length
+
+    def eng(trained, ctx_max):
+        return SimpleNamespace(info=SimpleNamespace(n_ctx_train=trained), n_ctx=4096, n_ctx_max=ctx_max)
+
+    assert long_length(eng(32768, 32768)) == LONG_LENGTH == 16000  # Gemma 3 270M
+    assert long_length(eng(8192, 8192)) == 0  # SmolLM2: trained to 8K
+    assert long_length(eng(32768, 8192)) == 0  # an engine held to 8K by --ctx
+
+
 def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
     from types import SimpleNamespace
 
@@ -143,7 +156,8 @@ def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
     from backend.evals.tune import _checked_splits
 
     gemma = SimpleNamespace(n_layer=18)
-    assert _checked_splits(None, gemma, 12, floor=6) == [7, 9, 11, 12]  # 5: below the global cache's first layer
+    # 5 is below the global cache's first layer: the lowest candidate moves up to 6
+    assert _checked_splits(None, gemma, 12, floor=6) == [6, 7, 9, 11, 12]
     with pytest.raises(RidgeFillError, match="6..16"):
         _checked_splits([5, 9], gemma, 12, floor=6)
     assert _checked_splits([9, 12], gemma, 12) == [9, 12]
@@ -179,7 +193,7 @@ def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, ca
 
     def fake_run_tune(engine, **kw):
         r = tune.TuneResult(engine.info.name, 2, 256, "guided", cands, "the lowest split that keeps recall", 12, 12,
-                            2048, 4096, 1000.0, 1.0, kw["budget_s"])
+                            2048, 4096, 1000.0, 0, 1.0, kw["budget_s"])
         r.record_path = str(write_tuned(engine.info, r.record()))
         return r
 

@@ -160,10 +160,10 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
     assert c.split_label.text().startswith(f"S = {c.split()}: ")
     assert [c.mode_box.itemData(i) for i in range(c.mode_box.count())] == list(RIDGEFILL_MODES)
     assert c.mode() == defaults.default_mode(info) == "guided"
-    # a model whose guided mode would run as speed (sliding-window layers) shows speed, not guided
+    # a sliding-window model runs guided too (its windows are kept), with its window as the tail
     from tests.tiny_gguf import write_tiny_gguf
 
     gemma = read_model_info(write_tiny_gguf(tmp_path / "gemma3.gguf", "gemma3"))
     assert w.show_model(str(gemma.path))
-    assert c.mode() == "speed" and c.tail() == defaults.default_tail(gemma)
+    assert c.mode() == "guided" and c.tail() == defaults.default_tail(gemma)
     assert w.show_model(model_path) and c.mode() == "guided"

@@ -133,34 +133,110 @@ def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(
     assert found(cells, exact[plain]).max() < 0.99  # the others stayed approximated
 
 
+class Ident:
+    """Predicts each late input as the split stream itself: far from exact."""
+
+    warnings: list = []
+
+    def __init__(self, split: int, n_layer: int):
+        self.split, self.layers = split, list(range(split + 1, n_layer))
+
+    def predict(self, layer, h):  # noqa: ARG002
+        return h.float()
+
+
+class Zero(Ident):
+    """Predicts every late input as zeros."""
+
+    def predict(self, layer, h):  # noqa: ARG002
+        return torch.zeros(h.shape, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("arch,n_layer,split", [("qwen2", 4, 2), ("gemma3", 12, 7)])
 def test_quality_on_tiny_models(tmp_path, arch, n_layer, split):
-    """qwen2: every row made exact again gives exact's logits (F32 weights: KL ~ 0). gemma3: a row decoded
-    again would miss its evicted sliding-window history, so quality runs as speed and says so."""
+    """Every row made exact again gives exact's logits (F32 weights: KL ~ 0). gemma3 (a 64-row sliding
+    window, 1,600 rows): each row decoded again deep in the prompt needs its window's rows, which the
+    full-size sliding-window cache keeps and the late windows written before the re-decode fill."""
     from backend.engine import Engine, EngineConfig
     from tiny_gguf import write_tiny_gguf
-
-    class Ident:  # predicts each late input as the split stream itself: far from exact
-        layers, warnings = list(range(split + 1, n_layer)), []
-
-        def __init__(self):
-            self.split = split
-
-        def predict(self, layer, h):  # noqa: ARG002
-            return h.float()
 
     path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", arch, n_layer=n_layer)
     toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1600)]
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
         e.prefill(toks, reuse_prefix=False)
         ref = e.last_logits()
-        rep = ridgefill_prefill(e, toks, "quality", split, TAIL, maps=Ident(), share=1.0)
-        if arch == "gemma3":
-            assert rep.mode == "speed" and rep.exact_n == 0 and "sliding-window" in rep.note
-            guided = ridgefill_prefill(e, toks, "guided", split, TAIL, maps=Ident())  # the same reason
-            assert guided.mode == "speed" and guided.exact_n == 0 and "guided mode needs" in guided.note
-            return
+        rep = ridgefill_prefill(e, toks, "quality", split, TAIL, maps=Ident(split, n_layer), share=1.0)
         assert rep.mode == "quality" and rep.exact_n == rep.bulk_n == len(toks) - TAIL, rep.note
         assert kl(ref, e.last_logits()) < 1e-6
-        ridgefill_prefill(e, toks, "speed", split, TAIL, maps=Ident())
-        assert kl(ref, e.last_logits()) > 1e-4  # the control: the same maps without exact rows
+        assert seq_range(e, 0) == (0, len(toks) - 1)
+        assert all(seq_range(e, s)[1] == -1 for s in e.spare_sequences)
+        ridgefill_prefill(e, toks, "speed", split, 64, maps=Zero(split, n_layer))
+        # the control: maps that predict nothing, no exact rows (random tiny models' logits are flat: the
+        # gap shows in the logits themselves)
+        assert np.abs(ref - e.last_logits()).max() > 0.1
+
+
+def test_guided_on_a_sliding_window_model_leaves_the_sequences_as_it_found_them(tmp_path):
+    """guided on gemma3: the probe and the re-decode leave sequence 0 whole, the spare sequences empty,
+    and the pin sequence on exactly sequence 0's cells; a follow-up (prefix reused) keeps them so."""
+    from backend.engine import Engine, EngineConfig
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    toks = [1] + [int(t) for t in np.random.default_rng(5).integers(3, 299, 1700)]
+    with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as e:
+        maps = Ident(7, 12)
+        rep = ridgefill_prefill(e, toks, "guided", 7, 64, maps=maps)
+        assert rep.mode == "guided" and 0 < rep.exact_n < rep.bulk_n, rep.note
+        more = toks + [int(t) for t in np.random.default_rng(6).integers(3, 299, 300)]
+        again = ridgefill_prefill(e, more, "guided", 7, 64, maps=maps, reuse_prefix=True)
+        assert again.mode == "guided" and again.cache_n > 0, again.note
+        for n in (len(more),):
+            assert seq_range(e, 0) == seq_range(e, e.pin_seq) == (0, n - 1)
+        assert all(seq_range(e, s)[1] == -1 for s in e.spare_sequences)
+        cells = np.asarray(e.row_record.cells(list(range(len(more)))))
+        known = cells[cells >= 0]  # the exact tails' cells are not recorded
+        assert len(set(known.tolist())) == len(known) >= len(more) - 2 * 64  # a cell of its own for each row
+
+
+def test_redecoding_modes_run_as_speed_where_windows_are_evicted(tmp_path):
+    """Without the full-size sliding-window cache, a row decoded again would miss its window: quality and
+    guided run as speed and say why."""
+    from backend.engine import Engine, EngineConfig
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1600)]
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2, swa_full=False)) as e:
+        assert e.pin_seq is None
+        for mode in ("quality", "guided"):
+            rep = ridgefill_prefill(e, toks, mode, 7, TAIL, maps=Ident(7, 12), share=1.0)
+            assert rep.mode == "speed" and rep.exact_n == 0 and "sliding window" in rep.note, rep.note
+
+
+def test_a_row_decoded_again_deep_in_a_long_prompt_sees_its_window(tmp_path):
+    """gemma3, split 7: a row guided decodes again far before the tail attends, at the sliding-window
+    layer 7, to the 63 rows before it, whose layer-7 K/V the bulk pass did not write (only the tail reads a
+    window there). Written before the re-decode from the kept split streams (exact at layer 7), they make
+    the row's layer-8 keys equal exact's; left unwritten, they do not."""
+    from backend.engine import Engine, EngineConfig
+    from backend.ridgefill.guided import GuidedParams
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    toks = [1] + [int(t) for t in np.random.default_rng(8).integers(3, 299, 2400)]
+    split, tail = 7, 64
+    with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as ref:
+        ref.prefill(toks, reuse_prefix=False)
+        layer8 = runtime(ref).layout.layers[split + 1]
+        exact_k = layer8.k_cache.rows()[: len(toks)].astype(np.float32)  # a fresh context fills cells in order
+    with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as e:
+        params = GuidedParams(peaks=1, also_peaks=0, head=1200, budget=16, contrast=False)
+        rep = ridgefill_prefill(e, toks, "guided", split, tail, maps=Zero(split, 12), guided=params)
+        approx = set(e.row_record.approximated(0, len(toks)))
+        redone = [p for p in range(params.head, len(toks) - tail) if p not in approx]
+        assert rep.exact_n == len(redone) > 0, rep.note
+        assert min(redone) < len(toks) - tail - 2 * 64  # its window lies where the bulk pass wrote nothing
+        k = runtime(e).layout.layers[split + 1].k_cache.rows()[np.asarray(e.row_record.cells(redone))]
+        err = np.abs(k.astype(np.float32) - exact_k[redone]).max() / np.abs(exact_k[redone]).max()
+        assert err < 1e-2, err

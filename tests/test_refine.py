@@ -81,3 +81,29 @@ def test_rows_guided_made_exact_are_decoded_again_in_order(engine):
     Refinement(engine).run()
     engine.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2
+
+
+def test_refinement_on_a_sliding_window_model_comes_back_to_exact(tmp_path):
+    """gemma3 (a 64-row window): with every window kept (Engine.pin_seq), rows decoded again in order see
+    their exact windows, so the refined cache gives exact's logits (F32 tiny model)."""
+    import numpy as np
+
+    from backend.engine import Engine, EngineConfig
+    from test_quality_mode import Zero
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    toks = [1] + [int(t) for t in np.random.default_rng(4).integers(3, 299, 1400)]
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
+        e.prefill(toks, reuse_prefix=False)
+        ref = e.last_logits()
+        ridgefill_prefill(e, toks, "speed", 7, TAIL, maps=Zero(7, 12))
+        approximated = np.abs(ref - e.last_logits()).max()
+        assert approximated > 0.1  # the control: the approximated rows show
+        refine = Refinement(e)
+        assert refine.refusal() is None
+        refine.run()
+        assert refine.done and e.row_record.approximated() == []
+        assert e.prefill(toks)[0] == len(toks) - 1
+        # exact's within rounding: the late layers ran in 64-row chunks, exact's in 512-row ones
+        assert np.abs(ref - e.last_logits()).max() < approximated / 20

@@ -37,6 +37,7 @@ class FakeMaps:
 class FakeRuntime:
     refused: str | None = None
     swa_layers: set = field(default_factory=set)
+    windows_kept: bool = True  # the engine keeps every row's sliding window (Engine.pin_seq)
     min_split: int = 1
     found: object = field(default_factory=FakeMaps)  # what maps() gives, or the exception it raises
     asked: list = field(default_factory=list)  # the splits maps() was asked for
@@ -129,11 +130,13 @@ def test_a_refused_runtime_runs_exact_with_its_reason():
 # ---- sliding-window layers, plumb and maps --------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["guided", "quality"])
-def test_a_redecoding_mode_runs_as_speed_on_sliding_window_layers(mode):
-    eng = FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2}))
+def test_a_redecoding_mode_runs_as_speed_where_sliding_windows_are_evicted(mode):
+    eng = FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2}, windows_kept=False))
     plan = plan_ridgefill(eng, LONG, mode, SPLIT, 64)
     assert isinstance(plan, RidgeFillPlan) and plan.mode == "speed"
-    assert plan.note == f"{mode} mode needs a model without sliding-window layers: ran speed."
+    assert "needs every row's sliding window kept" in plan.note and plan.note.endswith("ran speed.")
+    kept = plan_ridgefill(FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2})), LONG, mode, SPLIT, 64)
+    assert kept.mode == mode and kept.note == ""
 
 
 def test_modes_run_as_asked_without_sliding_window_layers():
@@ -198,13 +201,22 @@ def test_a_request_is_refused_like_a_plan():
     assert f"fewer than {MIN_BULK:,}" in note
 
 
-def test_gemma3_gets_its_window_as_tail_and_guided_runs_as_speed():
-    from backend.ridgefill.defaults import SLIDING_WINDOW_TAIL, default_mode
+def test_gemma3_gets_its_window_as_tail_and_runs_guided():
+    from backend.ridgefill.defaults import SLIDING_WINDOW_TAIL, default_mode, default_split
 
     info = _info("gemma3", n_layer=18, n_embd=640)
-    maps = FakeMaps(12, tuple(range(13, 18)), "gemma-s12")
+    split = default_split(info, tuned=False)
+    maps = FakeMaps(split, tuple(range(split + 1, 18)), "gemma-s")
     eng = FakeEngine(info=info, ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
-    assert (plan.mode, plan.split, plan.tail) == ("speed", 12, SLIDING_WINDOW_TAIL) and "ran speed" in plan.note
-    assert default_mode(info) == plan.mode  # the mode shown is the mode that runs
-    assert default_mode(_info()) == "guided"
+    assert (plan.mode, plan.split, plan.tail) == ("guided", split, SLIDING_WINDOW_TAIL) and plan.note == ""
+    assert default_mode(info) == plan.mode == default_mode(_info()) == "guided"
+
+
+def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split():
+    from backend.ridgefill.guided import GuidedParams
+
+    swa = {il for il in range(18) if il % 6 != 5}  # gemma3: globals 5, 11, 17
+    assert GuidedParams().scoring_layers(18, 9, swa) == [5]
+    assert GuidedParams(layers=(0.24, 0.6)).scoring_layers(18, 13, swa) == [5, 11]
+    assert GuidedParams().scoring_layers(30, 12) == [7]  # no sliding window: as the share says

@@ -29,8 +29,11 @@ class SettingsDialog(QDialog):
         self.threads.setSpecialValueText("all cores")
         self.threads.setValue(settings.threads)
         self.ctx = QSpinBox()
-        self.ctx.setRange(512, 262144)
+        self.ctx.setRange(0, 262144)
         self.ctx.setSingleStep(1024)
+        self.ctx.setSpecialValueText("auto: follows the document")  # 0 (AUTO_CTX)
+        self.ctx.setToolTip("0 (auto): the context grows with the document, up to the model's trained "
+                            "context and a K/V cache of a quarter of this machine's RAM")
         self.ctx.setValue(settings.n_ctx)
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(8, 8192)

@@ -14,8 +14,8 @@ def model_path(args) -> str:
     return str(args.model or embedded_model_path())
 
 
-def open_engine(args) -> Engine:
-    cfg = EngineConfig(model_path=model_path(args), n_ctx=args.ctx)
+def open_engine(args, *, swa_full: bool = True) -> Engine:
+    cfg = EngineConfig(model_path=model_path(args), n_ctx=args.ctx, swa_full=swa_full)
     if args.threads:
         cfg.n_threads = args.threads
     return Engine(cfg)

@@ -19,11 +19,16 @@ def register(sub) -> None:
     p = sub.add_parser("tune", help="choose the model's split by measurement (recall vs exact, TTFT ratio) and record it")
     p.add_argument("--splits", type=int_list, default=None,
                    help="candidate splits, e.g. 9,12,15,18 (default: 30/40/50/60%% of the layers and the default split)")
-    p.add_argument("--budget-s", type=float, default=tune.DEFAULT_BUDGET_S,
+    p.add_argument("--budget-s", type=float, default=None,
                    help="measuring time budget in seconds: candidates that would pass it are not started "
-                        f"(default {tune.DEFAULT_BUDGET_S:.0f}; a first capture comes on top)")
+                        f"(default {tune.DEFAULT_BUDGET_S:.0f}, {tune.LONG_BUDGET_S:.0f} with long items; a first "
+                        "capture comes on top)")
     p.add_argument("--length", type=int, default=tune.DEFAULT_LENGTH, help="needle item length in tokens")
-    p.add_argument("--ttft-length", type=int, default=tune.DEFAULT_TTFT_LENGTH, help="prompt length of the TTFT ratio")
+    p.add_argument("--long-length", type=int, default=None,
+                   help=f"length of the long items (default {tune.LONG_LENGTH} on a model trained on "
+                        f"{tune.LONG_CONTEXT:,}+ tokens; 0: none)")
+    p.add_argument("--ttft-length", type=int, default=None,
+                   help=f"prompt length of the TTFT ratio (default: the long items', else {tune.DEFAULT_TTFT_LENGTH})")
     p.add_argument("--depths", type=float_list, default=list(tune.DEFAULT_DEPTHS), help="needle depths")
     p.add_argument("--variants", type=str_list, default=list(tune.DEFAULT_VARIANTS), help="needle variants")
     p.add_argument("--haystacks", type=str_list, default=list(tune.DEFAULT_HAYSTACKS),
@@ -42,13 +47,13 @@ def run(args) -> int:
     from backend.evals.tune import run_tune
     from backend.hub.get_maps import CaptureOptions
 
-    if args.budget_s <= 0:
+    if args.budget_s is not None and args.budget_s <= 0:
         print("error: --budget-s must be positive", file=sys.stderr)
         return 2
     engine = open_engine(args)
     try:
         result = run_tune(engine, splits=args.splits, budget_s=args.budget_s, length=args.length,
-                          ttft_length=args.ttft_length, depths=args.depths, variants=args.variants,
+                          long=args.long_length, ttft_length=args.ttft_length, depths=args.depths, variants=args.variants,
                           haystacks=args.haystacks, mode=args.mode,
                           tail=args.tail, capture=CaptureOptions(max_tokens=args.capture_tokens),
                           record=not args.no_record, on_progress=stage_printer(), on_note=say_note)
@@ -67,7 +72,8 @@ def tune_text(r) -> str:
 
     rows = [[c.split, f"{c.bulk_correct}/{c.n}", f"{c.exact_correct}/{c.n}",
              f"{c.ratio:.2f}x" if c.ratio else "-", "yes" if c.keeps else "no", c.maps, c.refused] for c in r.candidates]
-    lines = [f"{r.model}: mode {r.mode}, tail {r.tail}, {r.n} bulk-needle items at {r.length} tokens, "
+    at = f"{r.length} and {r.long_length}" if r.long_length else f"{r.length}"
+    lines = [f"{r.model}: mode {r.mode}, tail {r.tail}, {r.n} bulk-needle items at {at} tokens, "
              f"TTFT ratio at {r.ttft_length} tokens, {r.seconds:.0f} s",
              table(["S", "RidgeFill", "exact", "TTFT ratio", "keeps recall", "maps", "refused"], rows)]
     if r.skipped:

@@ -16,7 +16,10 @@ split stays the model's default (the candidates are still measured and shown). T
 that keeps recall is chosen and the search stops there (higher splits approximate fewer layers); none
 keeping recall keeps the default too, and says so.
 **Which items**: 12 at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
-items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items).
+items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items). A model with a long
+context (trained on at least LONG_CONTEXT tokens, and an engine that holds LONG_LENGTH) is judged where
+it is used too: 6 more items at LONG_LENGTH tokens (both haystacks, single, three depths), the TTFT
+ratio is taken there, and the default budget is LONG_BUDGET_S.
 The budget bounds the measuring time: a candidate is not started when the time spent plus its
 estimate (the slowest candidate so far; before any, the exact items' time) would pass it.
 """
@@ -47,6 +50,12 @@ DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks 
 DEFAULT_BUDGET_S = 720.0
 SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
 MIN_GAIN = 1.05  # a candidate must be at least this much faster than exact: below it, nothing is won
+LONG_CONTEXT = 32768  # a model trained on this many tokens is also judged on LONG_LENGTH-token items
+LONG_LENGTH = 16000
+LONG_VARIANTS = ("single",)  # 3 depths x 2 haystacks = 6 items
+# Exact takes about a minute a 16,000-token item on Gemma 3 270M (2 threads), guided about half: exact and
+# four candidates fit.
+LONG_BUDGET_S = 2700.0
 RULE = ("keeps recall: at most 1 + n // 24 items lost (right exact, wrong at the split), decided only when "
         "exact recalls at least half the items; the lowest candidate that keeps recall is chosen; a candidate "
         f"whose requests ran exact, or less than {MIN_GAIN}x faster than exact, is refused")
@@ -64,6 +73,12 @@ def informative(exact_correct: int, n: int) -> bool:
 def keeps_recall(lost: int, exact_correct: int, n: int) -> bool:
     """`lost`: items exact answered right and the candidate wrong."""
     return informative(exact_correct, n) and lost <= tolerance(n)
+
+
+def long_length(engine) -> int:
+    """LONG_LENGTH where the model has a long context and the engine holds such a prompt; else 0."""
+    ctx_max = getattr(engine, "n_ctx_max", engine.n_ctx)
+    return LONG_LENGTH if engine.info.n_ctx_train >= LONG_CONTEXT and ctx_max >= LONG_LENGTH + 512 else 0
 
 
 def candidate_splits(n_layer: int, default: int) -> list[int]:
@@ -119,6 +134,7 @@ class TuneResult:
     length: int
     ttft_length: int
     exact_ttft_ms: float | None
+    long_length: int  # the long items' length (0: none)
     seconds: float
     budget_s: float
     skipped: list[int] = field(default_factory=list)  # candidates left out by the budget
@@ -150,8 +166,8 @@ def choose(candidates: list[Candidate], default: int, exact_correct: int, n: int
     return default, f"no candidate measured kept recall: the default split {default} stays"
 
 
-def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAULT_BUDGET_S,
-             length: int = DEFAULT_LENGTH, ttft_length: int = DEFAULT_TTFT_LENGTH,
+def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None = None,
+             length: int = DEFAULT_LENGTH, ttft_length: int | None = None, long: int | None = None,
              depths=DEFAULT_DEPTHS, variants=DEFAULT_VARIANTS, haystacks=DEFAULT_HAYSTACKS,
              mode: str | None = None, tail: int | None = None,
              capture=None, settings=None, record: bool = True, max_answer_tokens: int | None = None,
@@ -161,7 +177,9 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
     """Measure the candidates on `engine` and record the choice (see the module doc).
 
     `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
-    `settings` (HubSettings) says where the maps go. Raises Cancelled between items."""
+    `settings` (HubSettings) says where the maps go. `long`: the long items' length (None: long_length,
+    0: none); `ttft_length` None: the long length, else DEFAULT_TTFT_LENGTH; `budget_s` None: LONG_BUDGET_S
+    with long items, else DEFAULT_BUDGET_S. Raises Cancelled between items."""
     from ..ridgefill import defaults, tuned
     from ..ridgefill.runtime import runtime
 
@@ -171,12 +189,18 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
     mode = mode or defaults.default_mode(info)
     tail = defaults.tail_or_default(info, tail)
     splits = _checked_splits(splits, info, default, runtime(engine).min_split)
-    ttft_length = min(ttft_length, engine.n_ctx - 32)
-    length = min(length, engine.n_ctx - 64)
+    long = long_length(engine) if long is None else long
+    ctx_max = getattr(engine, "n_ctx_max", engine.n_ctx)
+    ttft_length = min(ttft_length or long or DEFAULT_TTFT_LENGTH, ctx_max - 32)
+    budget_s = budget_s or (LONG_BUDGET_S if long else DEFAULT_BUDGET_S)
+    length = min(length, ctx_max - 64)
     items = _bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
+    if long:
+        items += _bulk_items(engine, long, depths, LONG_VARIANTS, haystacks, tail, max_answer_tokens)
     run = _TuneRun(engine, items, mode, tail, settings, capture, cancel, on_progress,
                    on_note or (lambda text: log.info("tune: %s", text)))
-    run.note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {run.n} bulk-needle items at {length} "
+    at = f"{length} and {long}" if long else f"{length}"
+    run.note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {run.n} bulk-needle items at {at} "
              f"tokens, TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
     with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
         run.out = Path(tmp) / "tune.jsonl"
@@ -186,7 +210,7 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
         candidates, skipped = run.measure_candidates(splits, exact, budget_s, t_measure)
     split, why = choose(candidates, default, exact.correct, run.n)
     result = TuneResult(info.name, split, tail, mode, candidates, why, run.n, exact.correct, length, ttft_length,
-                        round(exact.ttft_ms, 1), round(time.perf_counter() - t_start, 1), budget_s, skipped)
+                        round(exact.ttft_ms, 1), long, round(time.perf_counter() - t_start, 1), budget_s, skipped)
     if record:
         result.record_path = str(tuned.write_tuned(info, result.record()))
     run.note(f"chosen: S = {split} ({why})")
@@ -194,9 +218,9 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float = DEFAU
 
 
 def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1) -> list[int]:
-    """The candidates asked for (sorted, once each), else the standard ones from `floor` on (the lowest
-    split RidgeFill can run at: runtime.min_split); each must leave layers to map."""
-    splits = sorted(set(splits)) if splits else [s for s in candidate_splits(info.n_layer, default) if s >= floor]
+    """The candidates asked for (sorted, once each), else the standard ones, a share below `floor` (the
+    lowest split RidgeFill can run at: runtime.min_split) moved up to it; each must leave layers to map."""
+    splits = sorted(set(splits)) if splits else sorted({max(s, floor) for s in candidate_splits(info.n_layer, default)})
     lo = max(1, floor)
     bad = [s for s in splits if not lo <= s <= info.n_layer - 2]
     if bad:

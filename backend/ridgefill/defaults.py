@@ -4,7 +4,8 @@ Split: in `speed` mode recall falls off a cliff below a model-specific layer (a 
 recreate what a late layer's attention brings in from other rows), so a default must come from
 measurement, never from "half the layers" (docs/MEASUREMENTS.md#recall-cliff). `guided` mode (the
 default) makes the rows the question attends to exact, which moves SmolLM2's split down to 12, not 9
-(docs/MEASUREMENTS.md#split-s--12-not-9). Gemma 3 runs guided as speed (sliding-window layers).
+(docs/MEASUREMENTS.md#split-s--12-not-9). On Gemma 3 (sliding-window layers) guided keeps every row's
+window (EngineConfig.swa_full) and scores at a global layer below the split.
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
@@ -54,7 +55,8 @@ def default_split(info, tuned: bool = True) -> int:
 
 
 # Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
-# decoded again deep in the prompt would find its window's history already evicted.
+# decoded again deep in the prompt needs its window's history, which only a full-size sliding-window
+# cache keeps (EngineConfig.swa_full, the default).
 REDECODING_MODES = ("quality", "guided")
 
 
@@ -63,16 +65,15 @@ def has_sliding_window(info) -> bool:
     return info.architecture == "gemma3"
 
 
-def mode_that_runs(mode: str, sliding_window: bool) -> str:
-    """What runs when `mode` is asked for: a re-decoding mode runs as speed on a model with
-    sliding-window layers (backend/ridgefill/plan.py says so in the request's note)."""
-    return "speed" if sliding_window and mode in REDECODING_MODES else mode
+def mode_that_runs(mode: str, windows_evicted: bool) -> str:
+    """What runs when `mode` is asked for: a re-decoding mode runs as speed where sliding-window layers
+    evict rows (an engine without a full-size sliding-window cache; plan.py says so in the note)."""
+    return "speed" if windows_evicted and mode in REDECODING_MODES else mode
 
 
-def default_mode(info) -> str:
-    """The mode RidgeFill runs for this model: guided, or what guided runs as on this model (speed on
-    gemma3), so the mode shown is the mode that runs."""
-    return mode_that_runs(DEFAULT_MODE, has_sliding_window(info))
+def default_mode(info) -> str:  # noqa: ARG001 - every model the app opens keeps its windows (swa_full)
+    """The mode RidgeFill runs for this model when none is asked for."""
+    return DEFAULT_MODE
 
 
 def default_tail(info) -> int:

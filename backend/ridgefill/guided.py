@@ -56,8 +56,14 @@ class GuidedParams:
     # them apart (docs/MEASUREMENTS.md#contrast-question).
     also_peaks: int = 4
 
-    def scoring_layers(self, n_layer: int, split: int) -> list[int]:
-        return sorted({min(split - 1, max(1, round(f * n_layer))) for f in self.layers})
+    def scoring_layers(self, n_layer: int, split: int, swa_layers=frozenset()) -> list[int]:
+        """The layers whose attention scores the bulk, below the split; on a sliding-window model the
+        global layer nearest to each (a sliding-window layer sees only the last rows)."""
+        wanted = {min(split - 1, max(1, round(f * n_layer))) for f in self.layers}
+        glob = [il for il in range(1, split) if il not in swa_layers]
+        if not swa_layers or not glob:
+            return sorted(wanted)
+        return sorted({min(glob, key=lambda g: (abs(g - il), g)) for il in wanted})
 
 
 DEFAULT = GuidedParams()
@@ -224,7 +230,7 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
     if not engine.row_record.approximated(0, bulk_end):
         return []
     candidates = engine.row_record.with_cells(0, bulk_end)
-    layers = params.scoring_layers(engine.info.n_layer, plan.split)
+    layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.swa_layers)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
         contrast = None

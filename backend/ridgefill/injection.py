@@ -165,8 +165,8 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
         engine.truncate_cache(start)
     report.cache_n = start
     # The streams entering the split stay with the rows: quality, guided, a follow-up and the idle
-    # refinement (refine.py) skip the lower layers with them. A sliding-window model decodes no row again.
-    kept: list[np.ndarray] | None = [] if plan.write_late and not rt.swa_layers else None
+    # refinement (refine.py) skip the lower layers with them, and write the sliding windows they need.
+    kept: list[np.ndarray] | None = [] if plan.write_late else None
     report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
                               t0=t0, keep_streams=kept)
     pos = max(start, bulk_end)
@@ -262,6 +262,8 @@ def _lower_chunk(engine, rt: RidgeFillRuntime, plan, tokens, pos: int, n: int, t
     engine.record_cells(pos, tap.first_layer_cells())
     if not plan.write_late:
         return
+    if rt.windows_kept and len({c.tobytes() for c in tap.idx.values()}) > 1:
+        raise LayoutRefused("the sliding-window and the global caches put a row in different cells")
     for il in range(plan.split, engine.info.n_layer):
         ll = rt.layout.layers[il]
         for name in (ll.k_index, ll.v_index):
@@ -314,6 +316,9 @@ def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
         chosen = guided_runs(engine, rt, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
     todo = set(engine.row_record.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
+    if rt.swa_layers and runs:
+        with phases("windows"):
+            _write_windows(engine, rt, plan, runs, bulk_end)
     with phases("exact_rows"):
         # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
         # (docs/MEASUREMENTS.md#runs-made-exact-in-order). One batch whose mask shows each run the new
@@ -322,3 +327,25 @@ def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
         n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(rt.layout),
                            chained=plan.mode == "guided", streams=streams)
         return n
+
+
+def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> None:
+    """The late sliding-window layers' K/V of the approximated rows in each run's window, which the bulk
+    pass left unwritten (only the tail reads a window there): a row decoded again attends to them.
+    Written from the kept split streams' predictions, so writing a row twice writes the same values."""
+    swa_from = bulk_end - rt.n_swa  # from here on the bulk pass wrote them
+    approx = set(engine.row_record.approximated(0, max(0, swa_from)))
+    rows = sorted({q for r in runs for q in range(max(0, r.start - rt.n_swa + 1), r.start) if q in approx})
+    if not rows:
+        return
+    h = engine.row_record.split_streams(plan.split, rows)
+    if h is None:
+        raise LayoutRefused("a row in a re-decoded run's window has no kept split stream")
+    h = torch.from_numpy(np.ascontiguousarray(h, dtype=np.float32))
+    positions = torch.tensor(rows)
+    cells = np.asarray(engine.row_record.cells(rows))
+    late_swa = sorted(il for il in rt.swa_layers if il >= plan.split)
+    with torch_threads(engine.config.n_threads):
+        for il in late_swa:
+            x = h if il == plan.split else plan.maps.predict(il, h)
+            rt.writer.write(il, x, positions, cells, cells)

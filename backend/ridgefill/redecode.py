@@ -81,8 +81,10 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     layers below the split (lower_skip)."""
     single_cache = cells is not None and run_mask.supported(cells)
     one_batch = chained and single_cache
+    # every cache gives a row the same cell (no sliding-window cache, or Engine.pin_seq keeps them so)
+    same_cells = single_cache or (cells is not None and getattr(engine, "pin_seq", None) is not None)
     done = 0
-    groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else engine.n_seq - 1)
+    groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else len(engine.spare_sequences))
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
@@ -93,7 +95,7 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 new_cells = None
             else:
                 new_cells = _decode_recorded(engine, toks, pos, seqs, group, cells, one_batch,
-                                             streams if single_cache else None)
+                                             streams if same_cells else None)
             done += _hand_to_sequence_0(engine, group, new_cells)
     finally:
         engine.clear_spare_sequences()

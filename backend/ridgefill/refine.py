@@ -24,8 +24,10 @@ from .lower_skip import SplitStreams
 from .redecode import Run, redecode_exact
 from .runtime import runtime
 
-TARGET_S = 0.25  # per chunk: a new request waits at most this long (the issue asks for under 0.5 s)
-MIN_CHUNK = 16
+TARGET_S = 0.4  # per chunk: a new request waits at most about this long (the issue asks for under 0.5 s)
+# Fewer rows than this take llama.cpp's per-row attention kernel, about twice as slow per row as the
+# tiled one (docs/MEASUREMENTS.md#one-call-re-decode; docs/MEASUREMENTS.md#refinement-chunks).
+MIN_CHUNK = 64
 FIRST_CHUNK = 64  # until the first chunk's time says how many rows fit TARGET_S
 
 
@@ -38,7 +40,9 @@ class Refinement:
 
     def __init__(self, engine):
         self.engine = engine
-        self.chunk = FIRST_CHUNK
+        # rows per chunk, learned apart for chunks that skip the lower layers and chunks that run them all
+        # (a size learned on one kind made the other's chunk take ten times TARGET_S)
+        self.chunk = {True: FIRST_CHUNK, False: FIRST_CHUNK}
         self.step_s: list[float] = []  # each chunk's time (the bench reports the longest)
 
     @property
@@ -48,8 +52,9 @@ class Refinement:
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
         rt = runtime(self.engine)
-        if rt.swa_layers:
-            return "refinement needs a model without sliding-window layers (rows decoded again lose their window)"
+        if rt.swa_layers and not rt.windows_kept:
+            return ("refinement needs every row's sliding window kept (a full-size sliding-window cache): rows "
+                    "decoded again would lose their window")
         free = self.engine.n_ctx - len(self.engine.row_record)
         if not self.done and free < MIN_CHUNK:
             return f"the context has {free} free cells: too few to decode rows again beside the old ones"
@@ -65,7 +70,8 @@ class Refinement:
         if why:
             raise RefineRefused(why)
         rt = runtime(engine)
-        limit = min(self.chunk, engine.ubatch_rows, engine.n_ctx - n, n - start)
+        skip = bool(rows.streams_kept(start, start + 1)[0])
+        limit = min(self.chunk[skip], engine.ubatch_rows, engine.n_ctx - n, n - start)
         kept = rows.streams_kept(start, start + limit)
         # a chunk skips the lower layers only if every row in it can
         end = start + next((i for i, k in enumerate(kept) if k != kept[0]), limit)
@@ -76,8 +82,8 @@ class Refinement:
         engine.mark_clean(start, end)  # their history was clean: the clean prefix moves on
         dt = time.perf_counter() - t0
         self.step_s.append(dt)
-        if end - start >= self.chunk or dt > TARGET_S:  # a full chunk's time says what fits
-            self.chunk = max(MIN_CHUNK, min(engine.ubatch_rows, int((end - start) * TARGET_S / max(dt, 1e-6))))
+        if end - start >= self.chunk[skip] or dt > TARGET_S:  # a full chunk's time says what fits
+            self.chunk[skip] = max(MIN_CHUNK, min(engine.ubatch_rows, int((end - start) * TARGET_S / max(dt, 1e-6))))
         return end - start
 
     def run(self, should_stop=None) -> int:

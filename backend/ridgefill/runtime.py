@@ -68,9 +68,12 @@ class RidgeFillRuntime:
         self.n_swa = 0
         self.swa_layers: set[int] = set()
         self.min_split = 1  # the lowest split whose bulk pass sees every late layer's cell indices
+        # every row's sliding-window K/V stay, in the same cell in every cache (Engine.pin_seq)
+        self.windows_kept = getattr(engine, "pin_seq", None) is not None
         self._maps: dict[int, tuple[tuple, object]] = {}  # split -> (folder stamp, RidgeMaps or the error)
         self._query_path = None
         self._n_head = engine.info.n_head
+        self.context_generation = getattr(engine, "context_generation", 0)  # the context the layout is of
         try:
             self.layout = discover(engine)
             self.n_swa = engine.info.sliding_window
@@ -89,6 +92,20 @@ class RidgeFillRuntime:
         except Exception as exc:  # anything unexpected about the graph: refuse, run exact
             log.exception("RidgeFill layout discovery failed")
             self.refused = f"RidgeFill is off: the graph could not be inspected ({type(exc).__name__}: {exc})."
+
+    def rebind(self, engine) -> None:
+        """The engine made a new context (it grew): find its caches again; weights and maps stay."""
+        self.context_generation = engine.context_generation
+        if self.refused is not None:
+            return
+        try:
+            self.layout = discover(engine)
+        except RidgeFillError as exc:
+            self.refused = str(exc)
+            return
+        self.writer.layout = self.layout
+        if self._query_path is not None:
+            self._query_path.layout = self.layout
 
     def query_path(self, layers: list[int]):
         """The Q path of `layers` (guided scoring), loaded on first use and grown as needed."""
@@ -120,9 +137,12 @@ class RidgeFillRuntime:
 
 def runtime(engine) -> RidgeFillRuntime:
     """The engine's RidgeFill runtime, made on first use (a discovery decode and weight loading)."""
-    if engine.ridgefill_runtime is None:
-        engine.ridgefill_runtime = RidgeFillRuntime(engine)
-    return engine.ridgefill_runtime
+    rt = engine.ridgefill_runtime
+    if rt is None:
+        engine.ridgefill_runtime = rt = RidgeFillRuntime(engine)
+    elif getattr(rt, "context_generation", 0) != getattr(engine, "context_generation", 0):
+        rt.rebind(engine)
+    return rt
 
 
 def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
@@ -136,7 +156,7 @@ def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
     st = runtime(engine)
     if st.refused is None:
         split = default_split(engine.info) if split is None else split
-        st.query_path(GUIDED.scoring_layers(engine.info.n_layer, split))
+        st.query_path(GUIDED.scoring_layers(engine.info.n_layer, split, st.swa_layers))
         try:
             st.maps(split)
         except (MapsMissing, MapsRefused):
