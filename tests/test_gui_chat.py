@@ -270,3 +270,30 @@ def test_both_runs_of_a_comparison_draw_with_one_seed(qtbot, window, monkeypatch
     assert len(runs) == 2 and runs[0].sampling == runs[1].sampling and runs[0].sampling.seed >= 0
     assert runs[0].sampling.temperature == 0.9
     assert "answers agree" in window.chat.view.messages[-1].exact.text()
+
+
+def test_the_view_follows_a_growing_answer_until_the_user_scrolls_up(qtbot):
+    from ui.chat_view import ChatView
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(400, 300)
+    view.show()
+    view.add("user", "A question")
+    answer = view.add("assistant", "")
+    bar = view.verticalScrollBar()
+
+    def stream(lines: int) -> None:  # as ChatPanel does per token: the text grows, then the meta line
+        for i in range(lines):
+            answer.append(f"line {i} of a long answer\n")
+            answer.set_meta("answering…")
+            qtbot.wait(5)
+
+    stream(40)
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=5000)
+    bar.setValue(0)  # the user scrolls up to read the start
+    stream(20)
+    assert bar.value() == 0
+    bar.setValue(bar.maximum())  # and back down: the view follows again
+    stream(20)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5000)

@@ -67,7 +67,13 @@ class MessageWidget(QFrame):
         self.adjustSize()
 
 
+FOLLOW_SLACK_PX = 4  # a view scrolled this close to its end counts as at the end
+
+
 class ChatView(QScrollArea):
+    """The messages, newest last; while the view is at its end it stays there as an answer grows, and
+    once the user scrolls up it stays where they read until they scroll back down."""
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setWidgetResizable(True)
@@ -76,6 +82,17 @@ class ChatView(QScrollArea):
         self._lay.addStretch(1)
         self.setWidget(self._inner)
         self.messages: list[MessageWidget] = []
+        self._follow = True  # at the end: keep to it when the content grows
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._on_scrolled)
+        bar.rangeChanged.connect(self._on_range)
+
+    def _on_scrolled(self, value: int) -> None:
+        self._follow = value >= self.verticalScrollBar().maximum() - FOLLOW_SLACK_PX
+
+    def _on_range(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)
 
     def add(self, role: str, text: str = "") -> MessageWidget:
         w = MessageWidget(role, text)
@@ -91,4 +108,5 @@ class ChatView(QScrollArea):
         self.messages = []
 
     def scroll_to_end(self) -> None:
+        self._follow = True  # a new message: follow it, wherever the user had scrolled
         QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
