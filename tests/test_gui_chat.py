@@ -297,3 +297,33 @@ def test_the_view_follows_a_growing_answer_until_the_user_scrolls_up(qtbot):
     bar.setValue(bar.maximum())  # and back down: the view follows again
     stream(20)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5000)
+
+
+def test_messages_take_the_height_their_wrapped_text_needs_and_no_more(qtbot):
+    """Each label as tall as its text wrapped at its width (nothing cut off), and no blank band under
+    the last message (a label's size hint, taken at another width, must not set the height)."""
+    from ui.chat_view import ChatView
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(500, 300)
+    view.show()
+    sentence = "The default value of maxFreeSockets is 256, as the manual says in its list of options. "
+    for _ in range(2):
+        view.add("user", "What is the default value of maxFreeSockets?")
+        answer = view.add("assistant", "")
+        for _ in range(12):
+            answer.append(sentence)
+            answer.set_meta("answering…")
+            qtbot.wait(5)
+        answer.set_exact("TTFT RidgeFill (guided) 29.08 s · exact 58.41 s · exact/this 2.01× · answers differ ✗\n"
+                         "Exact answer: " + sentence * 3)
+        answer.set_meta("TTFT 29.08 s · prompt 6,124 tok @ 211 tok/s · answer 168 tok @ 5.9 tok/s · guided S=12 "
+                        "T=64 bulk 6,060 (193 exact)\nstopped: the answer said the same sentence three times")
+    qtbot.wait(200)
+    for w in view.messages:
+        for label in (w.body, w.meta, w.exact):
+            if label.isVisible():
+                assert label.height() >= label.heightForWidth(label.width()), label.text()[:40]
+    blank = view.widget().height() - view.messages[-1].geometry().bottom()
+    assert blank < 40, f"{blank} px of blank space under the last message"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 ROLE_STYLE = {
     "user": "QFrame#msg { background: palette(alternate-base); border-radius: 8px; }",
@@ -31,8 +31,6 @@ class MessageWidget(QFrame):
         self.exact.setTextFormat(Qt.PlainText)
         self.exact.setStyleSheet("color: #2874a6; font-size: 11px")
         self.exact.setVisible(False)
-        for label in (self.body, self.meta, self.exact):
-            label.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Minimum)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         lay.addWidget(self.who)
