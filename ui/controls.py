@@ -138,7 +138,7 @@ class RidgeFillControls(QGroupBox):
     # -- model --
     def set_model(self, n_layer: int, split: int, tail: int, min_tail: int, mode: str | None) -> None:
         """The model's layers, the split and tail to show (its defaults or the user's saved values) and
-        the mode it runs by default (speed on a model where guided would run as speed; None: unchanged)."""
+        the mode it runs by default (None: unchanged)."""
         self.n_layer = n_layer
         if mode is not None:
             self.mode_box.blockSignals(True)
