@@ -19,7 +19,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError
+from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError, Preempted
 from .model_file import ModelInfo, read_model_info
 from .protocol import (
     AUTO_CTX,
@@ -75,6 +75,7 @@ class EngineConfig:
 N_SEQ = 32
 
 CTX_STEP = 4096  # an automatic context grows in steps of this many tokens
+ABORT_POLL_S = 0.02  # an abortable decode asks its `abort` check at most this often (per graph node otherwise)
 KV_RAM_SHARE = 0.25  # an automatic context's K/V cache takes at most this share of the machine's RAM
 
 
@@ -190,6 +191,9 @@ class Engine:
         self.pin_seq: int | None = N_SEQ - 1 if config.swa_full and self.info.sliding_window > 0 else None
         self.eval_hook: EvalHook | None = None
         self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)  # keep a reference
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._on_abort_poll)  # keep a reference
+        self._abort_check: CancelCheck | None = None  # set only inside an abortable decode_rows
+        self._abort_asked_at = 0.0
         self.context_generation = 0  # counts the contexts made: RidgeFill's layout belongs to one
         self._ctx = None
         self._make_context(min(CTX_STEP, self.n_ctx_max) if self.auto_ctx else self.n_ctx_max)
@@ -410,9 +414,11 @@ class Engine:
         return min(self.config.n_batch, self.config.n_ubatch)
 
     def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
-                    logits_all: bool = False) -> None:
+                    logits_all: bool = False, abort: CancelCheck | None = None) -> None:
         """One llama_decode of rows with their own positions and sequences; logits for every row
-        (logits_all) or the last one (logits_last), else none."""
+        (logits_all) or the last one (logits_last), else none. With `abort`, llama.cpp asks it between
+        graph nodes and stops once it says so: Preempted, and llama.cpp takes the batch's rows off
+        their sequences again (a batch of at most ubatch_rows is one graph, so nothing of it stays)."""
         n = len(tokens)
         if n == 0 or n > self.config.n_batch:
             raise ValueError(f"decode takes 1..{self.config.n_batch} tokens, got {n}")
@@ -422,9 +428,40 @@ class Engine:
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, logits_all
             b.seq_id[i][0] = seq
         b.logits[n - 1] = logits_last or logits_all
-        rc = llama_cpp.llama_decode(self._ctx, b)
+        if abort is not None and n > self.ubatch_rows:
+            raise ValueError(f"an abortable decode takes at most {self.ubatch_rows} rows (one graph), got {n}")
+        with self._abortable(abort):
+            rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc == 2 and abort is not None:
+            raise Preempted(f"decode of {n} rows from position {positions[0]} stopped for new work")
         if rc != 0:
             raise EngineError(f"llama_decode failed with code {rc} on {n} rows from position {positions[0]}")
+
+    @contextmanager
+    def _abortable(self, abort: CancelCheck | None) -> Iterator[None]:
+        """llama.cpp's abort callback asks `abort` inside the block (none is set outside it)."""
+        if abort is None:
+            yield
+            return
+        self._abort_check, self._abort_asked_at = abort, 0.0
+        llama_cpp.llama_set_abort_callback(self._ctx, self._abort_cb, None)
+        try:
+            yield
+        finally:
+            llama_cpp.llama_set_abort_callback(self._ctx, llama_cpp.ggml_abort_callback(), None)
+            self._abort_check = None
+
+    def _on_abort_poll(self, data) -> bool:  # noqa: ARG002
+        """Asked by llama.cpp before each graph node: True stops the decode. Never raises into C."""
+        check, now = self._abort_check, time.monotonic()
+        if check is None or now - self._abort_asked_at < ABORT_POLL_S:
+            return False
+        self._abort_asked_at = now
+        try:
+            return bool(check())
+        except Exception:  # pragma: no cover - logged, never propagated into C
+            log.exception("abort check failed")
+            return False
 
     def row_logits(self, n_rows: int) -> np.ndarray:
         """Logits of the last decode's rows (decoded with logits_all), shape (n_rows, n_vocab)."""

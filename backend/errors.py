@@ -40,5 +40,10 @@ class Cancelled(RidgeFillError):
     """A request stopped by the user between chunks. The work done so far stays cached."""
 
 
+class Preempted(RidgeFillError):
+    """Idle work (a refinement chunk) stopped inside a decode because a task arrived; nothing of the
+    stopped batch stays, and the work goes on from where it was later."""
+
+
 class EngineError(RidgeFillError):
     """llama.cpp failed (decode error, context could not be created, engine process died)."""

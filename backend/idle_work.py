@@ -3,7 +3,8 @@ approximated rows made exact (ridgefill/refine.py), then saved again, exact.
 
 The one owner of that work, a cooperative task: `step()` does one piece (one save, or one refinement
 chunk) and returns; whoever runs the engine (the engine child, `chat --refine`) calls it while nothing
-else waits, so a new task preempts it at the next piece boundary. There is work only for a prompt that
+else waits, so a new task preempts it at the next piece boundary, or inside a refinement chunk's
+decode (llama.cpp's abort callback: the stopped chunk is redone later). There is work only for a prompt that
 was prefilled whole and answered (`after_completion`); a task that used the context otherwise, or a
 prefill that was cancelled midway, leaves nothing to save (`forget`).
 """
@@ -13,7 +14,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import RidgeFillError
+from .errors import Preempted, RidgeFillError
 from .prompt_cache import PromptCache
 from .prompt_reuse import save_rows
 
@@ -77,13 +78,13 @@ class IdleWork:
 
     def step(self, should_stop: Callable[[], bool] | None = None) -> bool:
         """One piece of the work; False when there was none. `should_stop` is asked between pieces of
-        a save (a stopped save is done again later)."""
+        a save and inside a refinement chunk's decode (a stopped piece is done again later)."""
         if not self.pending:
             return False
         if self.cache is not None and not self._saved:
             self._save(should_stop)
             return True
-        self._refine_chunk()
+        self._refine_chunk(should_stop)
         if self.engine.row_record.all_exact:
             self._saved = False  # save it again, exact
         return True
@@ -98,13 +99,15 @@ class IdleWork:
             return
         self._saved = entry is not None or should_stop is None or not should_stop()  # a stopped save runs again
 
-    def _refine_chunk(self) -> None:
+    def _refine_chunk(self, should_stop: Callable[[], bool] | None) -> None:
         from .ridgefill.refine import Refinement
 
         if self._refinement is None or self._refinement.engine is not self.engine:
             self._refinement = Refinement(self.engine)
         try:
-            self._refinement.step()
+            self._refinement.step(abort=should_stop)
+        except Preempted:  # a task came: it runs now, and this chunk again afterwards
+            log.debug("refinement chunk stopped for a new task")
         except RidgeFillError as exc:  # refused (a sliding-window model, a full context) or a graph surprise
             log.info("refinement stopped: %s", exc)
             self._refine_note = f"refinement stopped: {exc}"

@@ -15,14 +15,6 @@ from test_quality_mode import SPLIT, ZeroMaps
 from test_ridgefill_injection import engine, induction_prompt  # noqa: F401 - the module's engine fixture
 
 
-@pytest.fixture(autouse=True)
-def _big_chunks(monkeypatch):
-    """Chunks of a whole ubatch (timing-free, and fewer on a busy test machine)."""
-    from backend.ridgefill import refine
-
-    monkeypatch.setattr(refine, "TARGET_S", 1e6)
-
-
 def test_idle_work_saves_then_refines_then_saves_the_exact_rows(engine, tmp_path):
     toks = induction_prompt(engine, 1200)
     ridgefill_prefill(engine, toks, "speed", SPLIT, 64, maps=ZeroMaps())

@@ -16,14 +16,6 @@ from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 
 TAIL = 64
 
 
-@pytest.fixture(autouse=True)
-def _big_chunks(monkeypatch):
-    """Chunks of a whole ubatch (timing-free, and fewer on a busy test machine)."""
-    from backend.ridgefill import refine
-
-    monkeypatch.setattr(refine, "TARGET_S", 1e6)
-
-
 def speed_after_exact(engine, n_doc: int):
     """(exact's last logits, the prompt) with the prompt then prefilled in speed mode on zero maps."""
     toks = induction_prompt(engine, n_doc)
@@ -107,3 +99,33 @@ def test_refinement_on_a_sliding_window_model_comes_back_to_exact(tmp_path):
         assert e.prefill(toks)[0] == len(toks) - 1
         # exact's within rounding: the late layers ran in 64-row chunks, exact's in 512-row ones
         assert np.abs(ref - e.last_logits()).max() < approximated / 20
+
+
+def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_they_were(engine):
+    """Preemption inside a chunk (llama.cpp's abort callback): Preempted, sequence 0 and the row record as
+    before the chunk, no spare sequence holding a cell; refinement then goes on to exact."""
+    import llama_cpp
+
+    from backend.errors import Preempted
+
+    ref, toks = speed_after_exact(engine, 1300)
+    refine = Refinement(engine)
+    refine.step()  # one whole chunk first: the stopped one starts deeper in the prompt
+    before = (engine.row_record.n_clean, engine.row_record.approximated(), engine.row_record.with_cells())
+    asked = []
+
+    def task_arrived() -> bool:  # asked every ABORT_POLL_S inside the decode; "yes" on the third time
+        asked.append(1)
+        return len(asked) >= 3
+
+    with pytest.raises(Preempted):
+        refine.step(abort=task_arrived)
+    assert len(asked) == 3  # stopped inside the decode, not before it
+    after = (engine.row_record.n_clean, engine.row_record.approximated(), engine.row_record.with_cells())
+    assert after == before
+    mem = llama_cpp.llama_get_memory(engine._ctx)
+    assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == len(toks) - 1
+    assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in engine.spare_sequences)
+    refine.run()  # the stopped chunk is done again, and no abort check is left on the context
+    engine.prefill(toks)
+    assert kl(ref, engine.last_logits()) < 1e-2

@@ -69,7 +69,8 @@ def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inne
 
 
 def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
-                   cells=None, chained: bool = False, streams: SplitStreams | None = None) -> int:
+                   cells=None, chained: bool = False, streams: SplitStreams | None = None,
+                   abort: Callable[[], bool] | None = None) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
@@ -78,7 +79,8 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     `cells` (a CellTap) allows, else one run per llama_decode. Sequences 1.. are empty afterwards,
     whatever happens. `cells`: records where the new rows landed, so they can be scored again.
     `streams`: the bulk pass's streams entering the split; a batch whose rows all have one skips the
-    layers below the split (lower_skip)."""
+    layers below the split (lower_skip). `abort`: asked inside each llama_decode (Engine.decode_rows);
+    a batch it stops raises Preempted and leaves sequence 0 as it was before that batch."""
     single_cache = cells is not None and run_mask.supported(cells)
     one_batch = chained and single_cache
     # every cache gives a row the same cell (no sliding-window cache, or Engine.pin_seq keeps them so)
@@ -91,11 +93,11 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
                 raise Cancelled(f"prefill cancelled after {i} of {len(groups)} batches of exact rows")
             toks, pos, seqs = _on_own_sequences(engine, tokens, group, one_batch)
             if cells is None:
-                engine.decode_rows(toks, pos, seqs)
+                engine.decode_rows(toks, pos, seqs, abort=abort)
                 new_cells = None
             else:
                 new_cells = _decode_recorded(engine, toks, pos, seqs, group, cells, one_batch,
-                                             streams if same_cells else None)
+                                             streams if same_cells else None, abort)
             done += _hand_to_sequence_0(engine, group, new_cells)
     finally:
         engine.clear_spare_sequences()
@@ -118,7 +120,7 @@ def _on_own_sequences(engine, tokens: list[int], group: list[Run], one_batch: bo
 
 
 def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch: bool,
-                     streams: SplitStreams | None) -> list[int]:
+                     streams: SplitStreams | None, abort: Callable[[], bool] | None = None) -> list[int]:
     """Decode the batch with `cells` recording where its rows land (with the earlier-runs mask when
     `one_batch`, and the layers below the split skipped where `streams` allows); the new cells."""
     cells.reset()
@@ -126,7 +128,7 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
     old_cells, skip = _lower_skip(engine, streams, pos, mask or cells)
     try:
         with engine.hooked(skip or mask or cells):
-            engine.decode_rows(toks, pos, seqs)
+            engine.decode_rows(toks, pos, seqs, abort=abort)
     finally:
         if skip is not None:
             skip.restore()
