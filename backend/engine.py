@@ -209,8 +209,9 @@ class Engine:
             Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
         )
 
-    def _make_context(self, n_ctx: int) -> None:
-        """A new llama.cpp context of `n_ctx` tokens in place of the old one (its cache is gone)."""
+    def _make_context(self, n_ctx: int, grow: bool = False) -> None:
+        """A new llama.cpp context of `n_ctx` tokens in place of the old one (its cache is gone). When it
+        fails, the model is freed too (the engine is dead), unless it was to `grow` a working engine."""
         config = self.config
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
@@ -235,8 +236,9 @@ class Engine:
         cparams.cb_eval_user_data = None
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
+            if not grow:
+                llama_cpp.llama_model_free(self._model)
+                self._model = None
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
@@ -387,7 +389,14 @@ class Engine:
         self.check_fits(n_prompt, max_tokens)
         need = n_prompt + self.answer_reserve(max_tokens)
         if need > self.n_ctx and self.auto_ctx:
-            self._make_context(min(self.n_ctx_max, -(-need // CTX_STEP) * CTX_STEP))
+            old = self.n_ctx
+            try:
+                self._make_context(min(self.n_ctx_max, -(-need // CTX_STEP) * CTX_STEP), grow=True)
+            except EngineError:  # out of memory: the engine goes on at its old size, the prompt is refused
+                self._make_context(old)
+                raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens),
+                                           "This machine has not enough free memory for a larger context: "
+                                           "close other programs, or use a shorter document.") from None
 
     # ---- low level -----------------------------------------------------------------------------
     def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,

@@ -1,6 +1,8 @@
 """A document too long for the model: the advice names the catalogue models whose context holds it."""
 from __future__ import annotations
 
+import pytest
+
 from backend.hub.catalogue import load_catalogue
 from backend.hub.context_fit import advice, models_that_hold
 from backend.hub.settings import HubSettings
@@ -57,3 +59,28 @@ def test_an_automatic_context_follows_the_document():
         res = complete(e, CompletionRequest(prompt=words, max_tokens=4, mode="speed", split=18))
         assert res.prompt_tokens > CTX_STEP and e.n_ctx == 8192
         assert res.timings.mode == "speed" and res.timings.bulk_n > 0, res.timings.note  # the layout followed
+
+
+def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(monkeypatch):
+    """Out of memory while growing: a clear refusal that says why, and the engine keeps its old size
+    (it used to free the model, leaving a dead engine)."""
+    import llama_cpp
+
+    from backend.completion import complete
+    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.errors import DocumentTooLongError
+    from backend.model_file import embedded_model_path
+    from backend.protocol import AUTO_CTX, CompletionRequest
+
+    real = llama_cpp.llama_init_from_model
+
+    def no_memory_beyond_the_first_step(model, cparams):
+        return None if cparams.n_ctx > CTX_STEP else real(model, cparams)
+
+    with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
+        monkeypatch.setattr(llama_cpp, "llama_init_from_model", no_memory_beyond_the_first_step)
+        with pytest.raises(DocumentTooLongError, match="not enough free memory"):
+            e.make_room(5000, 64)
+        assert e.n_ctx == CTX_STEP
+        res = complete(e, CompletionRequest(prompt="The sky is", max_tokens=2))
+        assert res.tokens and res.finish_reason in ("stop", "length")
