@@ -35,11 +35,14 @@ class DocumentStatus:
     cache_limit: int = 0
 
     def line(self) -> str:
-        """"document 4,110 tokens, 62% exact", then "document 4,110 tokens, exact"."""
+        """"document 4,110 tokens, 62% exact", then "document 4,110 tokens, exact" (", saving" until the
+        exact rows are on disk, where there is a prompt cache: closing the app before then loses them)."""
         if not self.tokens:
             return ""
-        exact = "exact" if self.exact_rows >= self.tokens else f"{self.exact_rows / self.tokens:.0%} exact"
-        return f"document {self.tokens:,} tokens, {exact}"
+        if self.exact_rows < self.tokens:
+            return f"document {self.tokens:,} tokens, {self.exact_rows / self.tokens:.0%} exact"
+        saving = ", saving" if self.cache_limit and not self.saved and not self.note else ""
+        return f"document {self.tokens:,} tokens, exact{saving}"
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -1,4 +1,5 @@
-"""The prompt cache in the GUI: the status bar shows the document's share made exact, then "exact";
+"""The prompt cache in the GUI: the status bar shows the document's share made exact, then "exact, saving"
+until it is on disk, then "exact";
 Settings sets the cache's size (a restart: the engine reads it when it starts) and clears it."""
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def test_the_status_bar_shows_the_document_made_exact(qtbot, model_path):
     service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=2548, refining=True, cache_limit=4 * 10**9)))
     assert w.document_label.text() == "document 4,110 tokens, 62% exact"
     assert "of 4 GB" in w.document_label.toolTip()
-    service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, saved=True)))
+    service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, cache_limit=4 * 10**9)))
+    assert w.document_label.text() == "document 4,110 tokens, exact, saving"  # not yet on disk
+    service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, saved=True, cache_limit=4 * 10**9)))
     assert w.document_label.text() == "document 4,110 tokens, exact"
     engine = w.settings.engine_settings()
     assert engine.cache_limit_bytes == 4 * 10**9 and engine.prompt_cache
