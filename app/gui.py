@@ -77,15 +77,21 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _open_window(app):
-    """A new main window on a new engine process, shown, the engine ready and the maps checked."""
+def _open_window(app, model: str | None = None, split: int | None = None):
+    """A new main window on a new engine process (on `model` where given), shown, the engine ready, the
+    split set (where given) and the maps checked."""
+    from types import SimpleNamespace
+
     t_start = time.monotonic()
-    window = build_window()
+    window = build_window(SimpleNamespace(model=model, threads=None))
     window.resize(1500, 940)
     window.show()
     _log(f"window shown after {time.monotonic() - t_start:.1f} s")
     _wait(app, lambda: window.service.info is not None, 180, "the engine")
     _log(f"engine ready after {time.monotonic() - t_start:.1f} s: {window.engine_label.text()}")
+    if split is not None:
+        window.controls.slider.setValue(split)
+        _wait(app, lambda: not window.controls._settle.isActive(), 10, "the split to settle")
     _wait(app, lambda: window._maps_task is None, 120, "the maps check")
     _log(f"maps: {window.controls.maps_label.text()} {window.controls.maps_reasons.text()[:200]}")
     window.new_conversation()
@@ -179,7 +185,8 @@ def _reopen(app, path: str, doc, questions: list[str]) -> None:
 
 
 def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "1600, 2048",
-               depths: str = "0.1, 0.5, 0.9", doc_path: str | None = None, questions: list[str] | None = None) -> int:
+               depths: str = "0.1, 0.5, 0.9", doc_path: str | None = None, questions: list[str] | None = None,
+               model: str | None = None, split: int | None = None) -> int:
     from backend.demo import DEMO_QUESTION
 
     app = _app()
@@ -187,7 +194,7 @@ def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "160
     if scene == "reopen":
         _reopen(app, path, _document(doc_path, doc_chars), questions)
         return 0
-    window = _open_window(app)
+    window = _open_window(app, model, split)
     if scene == "chat":
         _attach(app, window, _document(doc_path, doc_chars), compare=True)
         for q in questions:
@@ -218,7 +225,10 @@ if __name__ == "__main__":
     p.add_argument("--depths", default="0.1, 0.5, 0.9")
     p.add_argument("--doc", help="chat and reopen scenes: a text file of your own to ask about (its first --doc-chars)")
     p.add_argument("--question", action="append", help="chat and reopen scenes: a question to ask (repeatable)")
+    p.add_argument("--model", help="chat and recall scenes: a GGUF file to open (default: the last one opened)")
+    p.add_argument("--split", type=int, help="chat and recall scenes: the split to set on the slider")
     a = p.parse_args()
     if a.screenshot:
-        sys.exit(screenshot(a.screenshot, a.scene, a.doc_chars, a.lengths, a.depths, a.doc, a.question))
+        sys.exit(screenshot(a.screenshot, a.scene, a.doc_chars, a.lengths, a.depths, a.doc, a.question,
+                            a.model, a.split))
     sys.exit(main())

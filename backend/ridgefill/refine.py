@@ -6,7 +6,8 @@ rows guided made exact included. Each chunk is one run through redecode.redecode
 sequence that shares the rows before it (already exact); a chunk of rows whose stream entering the
 split a bulk pass kept runs only the layers from the split on (lower_skip), other rows (the exact tail,
 the answer) run through every layer. A chunk is a whole ubatch: 512-row chunks refined a 6,000-token
-prompt 1.9 times as fast as 64-row ones (docs/MEASUREMENTS.md#refinement-chunks). A new task does not
+prompt 1.9 times as fast as 64-row ones
+(docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode). A new task does not
 wait for a chunk to end: the caller's `abort` check is asked inside the decode (llama.cpp's abort
 callback), which stops within a graph node; the stopped chunk leaves nothing and is done again later.
 
