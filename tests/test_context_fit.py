@@ -81,6 +81,9 @@ def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(mo
         monkeypatch.setattr(llama_cpp, "llama_init_from_model", no_memory_beyond_the_first_step)
         with pytest.raises(DocumentTooLongError, match="not enough free memory"):
             e.make_room(5000, 64)
+        words = "The harbour log, page by page. " * 700  # about 5,000 tokens, through the request path
+        with pytest.raises(DocumentTooLongError, match="not enough free memory"):
+            complete(e, CompletionRequest(prompt=words, max_tokens=4))
         assert e.n_ctx == CTX_STEP
         res = complete(e, CompletionRequest(prompt="The sky is", max_tokens=2))
         assert res.tokens and res.finish_reason in ("stop", "length")

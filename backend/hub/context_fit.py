@@ -33,8 +33,12 @@ def _size(size_mb: float | None) -> str:
 
 
 def with_advice(exc: DocumentTooLongError, settings: HubSettings | None = None) -> DocumentTooLongError:
-    """The same error, its message naming the installed or catalogue models whose context holds it."""
+    """The same error, its message naming the installed or catalogue models whose context holds it (an
+    error that already says what to do, such as too little memory to grow the context, stays as it is)."""
     from .catalogue import load_catalogue, user_models_file
+
+    if exc.advice:
+        return exc
 
     try:
         text = advice(exc.tokens_needed, load_catalogue(user_models_file()), settings or HubSettings(offline=True))
