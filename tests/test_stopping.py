@@ -19,6 +19,20 @@ Here's a step-by-step breakdown:
 6. The server then sends another HTTP request with keepAlive to the same server and returns a response with keepAliveMsecs of 1024.
 """
 
+# The same question on the first 19,000 characters: three sentences, then the same three again (a list
+# mark in place of a number), the third time with "keepAliveMsecs" for "keepAlive". The model ended it
+# itself, at 242 tokens; no sentence came three times.
+ROUND_THREE = (
+    "The default value of keepAliveMsecs is 10.\n\nHere's a step-by-step breakdown:\n\n1. `keepAlive` is set to "
+    "10 in the `createSocket()` method, which means that if you have more than one socket available for "
+    "connection creation, it will create a new socket with keepalives of 10.\n\n2. The server uses this default "
+    "value when creating a new socket instance and sending data over the network.\n\nSo to summarize:\n\n- "
+    "`keepAlive` is set to 10 in the `createSocket()` method, which means that if you have more than one socket "
+    "available for connection creation, it will create a new socket with keepalives of 10.\n\n3. The server uses "
+    "this default value when creating a new socket instance and sending data over the network.\n\nSo to "
+    "summarize:\n\n- `keepAliveMsecs` is set to 10 in the `createSocket()` method, which means that if you have "
+    "more than one socket available for connection creation, it will create a new socket with keepalives of 10.")
+
 
 def fed(text: str, piece: int = 3) -> int | None:
     """Where (characters into `text`) the loop check fed in small pieces, as tokens come, says "loop"."""
@@ -33,6 +47,13 @@ def test_two_items_said_twice_in_a_row_are_a_loop():
     at = fed(ALTERNATING)
     assert at is not None and at > ALTERNATING.index("6. The server"), at  # at item 6, not before
     assert fed(ALTERNATING[: ALTERNATING.index("6. The server")]) is None
+
+
+def test_three_sentences_said_twice_in_a_row_are_a_loop():
+    second = ROUND_THREE.index("So to summarize", ROUND_THREE.index("So to summarize") + 1)
+    at = fed(ROUND_THREE)
+    assert at is not None and at > second, at  # at the second "So to summarize:", the third sentence again
+    assert fed(ROUND_THREE[:second]) is None
 
 
 def test_a_list_items_number_is_not_what_it_says():

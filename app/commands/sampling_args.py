@@ -73,7 +73,7 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="TEXT", type=_breaker,
                    help="DRY: a repeat does not reach back over TEXT (repeatable; replaces the defaults "
                         "\\n : \" *; 'none': no breakers), as llama.cpp's flag")
-    g.add_argument("--greedy", action="store_true", help="temperature 0 and no penalties, unless a flag says more")
+    g.add_argument("--greedy", action="store_true", help="temperature 0, no penalties, no DRY, unless a flag says more")
 
 
 def sampling_from_args(args, recommended: tuple = ()) -> SamplingParams:
