@@ -667,7 +667,7 @@ class Engine:
         timings.prompt_per_second = timings.prompt_n / (rep.prompt_ms / 1000) if rep.prompt_ms > 0 else 0.0
         t_gen = time.perf_counter()
         max_new = min(request.max_tokens, self.n_ctx - len(tokens))
-        with SamplerChain(request.sampling, n_vocab=self.n_vocab, n_ctx=self.n_ctx) as sampler:
+        with SamplerChain(request.sampling, n_vocab=self.n_vocab, n_ctx=self.n_ctx, vocab=self._vocab) as sampler:
             out, text, finish, first_at = self.generate(
                 max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops),
                 on_event=on_event, cancel=cancel)

@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, fields, replace
 
 RANDOM_SEED = -1  # a new seed for each request (llama.cpp's LLAMA_DEFAULT_SEED)
 SEED_MODULUS = 0xFFFFFFFF  # llama.cpp's seeds are uint32 and 0xFFFFFFFF means "random": larger ones wrap
+# DRY's sequence breakers: a repeat that spans one is not a repeat (llama.cpp's defaults: a new line, a colon,
+# a double quote, an asterisk), so "Default:" or a list's line start may come again unpenalized
+DRY_SEQUENCE_BREAKERS: tuple[str, ...] = ("\n", ":", "\"", "*")
+MAX_BREAKERS = 32
+MAX_BREAKER_CHARS = 40  # llama.cpp tokenizes each and caps the tokens it matches on
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,14 @@ class SamplingParams:
     repeat_last_n: int = 64  # the penalties' window: the answer's last n tokens; 0 = off, -1 = all of it
     presence_penalty: float = 0.0  # OpenAI's: subtracted once from a token seen in the window
     frequency_penalty: float = 0.0  # OpenAI's: subtracted per time a token was seen in the window
+    # DRY ("don't repeat yourself", llama.cpp's): a token that would continue a repeat of what the answer
+    # already said is penalized by dry_multiplier * dry_base ** (repeat length - dry_allowed_length), so long
+    # repeats are stopped however far apart they are, and single words are free to come again
+    dry_multiplier: float = 0.0  # 0 = off
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2  # a repeat of up to this many tokens is free
+    dry_penalty_last_n: int = -1  # the answer's last n tokens DRY looks back on; 0 = off, -1 = all of it
+    dry_sequence_breakers: tuple[str, ...] = DRY_SEQUENCE_BREAKERS  # a repeat does not reach back over one
     seed: int = RANDOM_SEED  # the draw of a sampled answer; RANDOM_SEED: a new one each time
 
     @property
@@ -35,9 +48,16 @@ class SamplingParams:
         return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
                                             or self.frequency_penalty != 0.0)
 
+    @property
+    def dry(self) -> bool:
+        return self.dry_multiplier > 0.0 and self.dry_penalty_last_n != 0
+
     def check(self) -> "SamplingParams":
         """Itself, or ValueError naming the first field out of its range (RANGES)."""
-        for f in fields(self):
+        breakers_problem = breakers_error(self.dry_sequence_breakers)
+        if breakers_problem:
+            raise ValueError(f"dry_sequence_breakers must be {breakers_problem}")
+        for f in numeric_fields():
             value = getattr(self, f.name)
             kind = int if f.type in ("int", int) else float
             if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
@@ -58,7 +78,10 @@ class SamplingParams:
     def from_dict(cls, data: dict, base: "SamplingParams | None" = None) -> "SamplingParams":
         """`base` (greedy when None) with the fields of `data` that have the right type and range."""
         out = base or cls()
-        for f in fields(cls):
+        breakers = data.get("dry_sequence_breakers") if isinstance(data, dict) else None
+        if isinstance(breakers, (list, tuple)) and not breakers_error(breakers):
+            out = replace(out, dry_sequence_breakers=tuple(breakers))
+        for f in numeric_fields():
             value = data.get(f.name) if isinstance(data, dict) else None
             if value is None or isinstance(value, bool):
                 continue
@@ -74,6 +97,20 @@ class SamplingParams:
 
 GREEDY = SamplingParams()
 
+
+def numeric_fields():
+    """The fields that are one number each (all but dry_sequence_breakers), in SamplingParams' order."""
+    return [f for f in fields(SamplingParams) if f.name != "dry_sequence_breakers"]
+
+
+def breakers_error(breakers) -> str:
+    """What is wrong with a list of DRY sequence breakers ("" when nothing is)."""
+    if not isinstance(breakers, (list, tuple)) or len(breakers) > MAX_BREAKERS:
+        return f"a list of up to {MAX_BREAKERS} strings"
+    if not all(isinstance(b, str) and 0 < len(b) <= MAX_BREAKER_CHARS for b in breakers):
+        return f"a list of non-empty strings of up to {MAX_BREAKER_CHARS} characters"
+    return ""
+
 # (lowest, highest) of each field; None = unbounded. OpenAI's ranges where it has the parameter.
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "temperature": (0.0, 2.0),
@@ -84,6 +121,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "repeat_last_n": (-1, None),
     "presence_penalty": (-2.0, 2.0),
     "frequency_penalty": (-2.0, 2.0),
+    "dry_multiplier": (0.0, 5.0),
+    "dry_base": (1.0, 4.0),  # llama.cpp turns DRY off below 1
+    "dry_allowed_length": (1, None),
+    "dry_penalty_last_n": (-1, None),
     "seed": (RANDOM_SEED, None),
 }
 

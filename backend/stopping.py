@@ -1,9 +1,12 @@
 """Where an answer ends before its token limit: at a stop string, or when it loops.
 
-A loop is the same sentence (or list line) for the third time in one answer: a small model at
-temperature 0 can say one sentence until the token limit, or go round a list ("8. Monday"). Sentences
-end at . ! ? followed by a space, or at a line break (a list number's dot does not end one); they are
-compared lower-cased with their spacing, leading list marks and end marks dropped. A sentence counts from
+A loop is the same sentence (or list line) for the third time in one answer, or the same run of two to
+LOOP_CYCLE_MAX sentences twice in a row ("A B A B"): a small model at temperature 0 can say one sentence
+until the token limit, go round a list ("8. Monday"), or alternate two long list items whose numbers
+differ ("3. The client receives..." "4. The server then sends..." "5. The client receives...").
+Sentences end at . ! ? followed by a space, or at a line break (a list number's dot does not end one);
+they are compared lower-cased with their spacing, end marks and leading list marks dropped: numbering
+("7.", "**7.**", "(7)", "Step 7:") is not part of what a list item says. A sentence counts from
 LOOP_MIN_WORDS words, a list line from one (a code block's "}" lines, a "Yes." are not a loop).
 """
 from __future__ import annotations
@@ -12,29 +15,46 @@ import re
 from collections import Counter
 
 LOOP_REPEATS = 3  # "the same sentence three times"
+LOOP_CYCLE_MAX = 4  # "A B A B" up to "A B C D A B C D": a run of sentences said again right after itself
 LOOP_MIN_WORDS = 3
-LOOP_NOTE = "stopped: the answer said the same sentence three times"
+LOOP_NOTE = "stopped: the answer was repeating itself"
 
 _BOUNDARY = re.compile(r"\n+|(?<=[.!?])\s+")
 _LIST_NUMBER = re.compile(r"\s*(\d+|[A-Za-z])[.)]")  # "8." at a line's start belongs to its line
 _LIST_MARK = re.compile(r"\s*([-*\u2022]|\d+[.)])\s")
 _LEAD = re.compile(r"^[\W\d_]+")  # list marks, numbering, quotes before the first word
+# a numbered item's label: "Step 3:", "item 3.", "Example 3)" (after _LEAD); only with its number
+_LABEL = re.compile(r"^(step|item|point|part|example|option|case|note|tip|reason|answer|question)\s+\d+\b[\W_]*")
 _WORD = re.compile(r"\w+")
+_NUMBER = re.compile(r"\d+")
 
 
 def sentence_key(sentence: str) -> str:
-    """What two sentences share when they are 'the same' ("" for one too short to count)."""
-    s = _LEAD.sub("", " ".join(sentence.lower().split())).rstrip(".!?;:, ")
+    """What two sentences share when they are 'the same' ("" for one too short to count). A numbered
+    item's number goes, and so does the same number in its text ("4. Send request 4")."""
+    s = " ".join(sentence.lower().split())
+    numbering = ""
+    for mark in (_LEAD, _LABEL):
+        m = mark.match(s)
+        if m:
+            numbering += m.group()
+            s = s[m.end():]
+    number = _NUMBER.search(numbering)
+    if number:
+        s = re.sub(rf"\b{number.group()}\b", "#", s)
+    s = s.rstrip(".!?;:, ")
     least = 1 if _LIST_MARK.match(sentence) else LOOP_MIN_WORDS
     return s if len(_WORD.findall(s)) >= least else ""
 
 
 class LoopWatch:
-    """Fed the answer piece by piece; says when a sentence has come LOOP_REPEATS times."""
+    """Fed the answer piece by piece; says when a sentence has come LOOP_REPEATS times, or a run of
+    sentences twice in a row."""
 
     def __init__(self):
         self._open = ""  # the sentence still being written
         self.seen: Counter = Counter()
+        self.said: list[str] = []  # the sentences that count, in order, as sentence_key has them
 
     def feed(self, piece: str) -> bool:
         self._open += piece
@@ -48,8 +68,14 @@ class LoopWatch:
             key = sentence_key(head)
             if key:
                 self.seen[key] += 1
-                looped = looped or self.seen[key] >= LOOP_REPEATS
+                self.said.append(key)
+                looped = looped or self.seen[key] >= LOOP_REPEATS or self._cycled()
         return looped
+
+    def _cycled(self) -> bool:
+        """The last 2k sentences are k sentences (2 <= k <= LOOP_CYCLE_MAX) said twice in a row."""
+        said, n = self.said, len(self.said)
+        return any(said[n - 2 * k: n - k] == said[n - k:] for k in range(2, min(LOOP_CYCLE_MAX, n // 2) + 1))
 
 
 class AnswerEnd:

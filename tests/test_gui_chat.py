@@ -231,8 +231,12 @@ def test_generation_settings_persist_per_model(qtbot, window, service, home, tmp
     assert g.params() == APP_DEFAULTS and "app's defaults" in g.source.text() and not g.reset_btn.isEnabled()
     g.boxes["temperature"].setValue(0.7)
     g.boxes["seed"].setValue(42)
+    g.boxes["dry_multiplier"].setValue(1.25)
+    g.boxes["dry_penalty_last_n"].setValue(-1)  # shown as "whole answer"
     g.max_tokens_box.setValue(300)
     assert window.chat.sampling.temperature == 0.7 and window.chat.max_tokens == 300  # the next question's
+    assert (window.chat.sampling.dry_multiplier, window.chat.sampling.dry_penalty_last_n) == (1.25, -1)
+    assert g.boxes["dry_penalty_last_n"].text() == "whole answer"
     qtbot.waitUntil(lambda: Settings.path().exists() and json.loads(Settings.path().read_text(encoding="utf-8"))
                     .get("generation", {}).get(embedded, {}).get("temperature") == 0.7, timeout=5000)
 
@@ -240,13 +244,15 @@ def test_generation_settings_persist_per_model(qtbot, window, service, home, tmp
     window.show_model(str(other))  # another model file: its own defaults, from its file
     assert g.params().temperature == 0.5 and g.params().seed == -1 and "model file" in g.source.text()
     assert window.chat.sampling.temperature == 0.5 and window.chat.max_tokens == window.settings.max_tokens
+    assert g.params().dry_multiplier == APP_DEFAULTS.dry_multiplier
     window.show_model(model_path)  # back: what was saved for the embedded model
     assert (g.params().temperature, g.params().seed, g.max_tokens()) == (0.7, 42, 300)
+    assert (g.params().dry_multiplier, g.params().dry_sequence_breakers) == (1.25, APP_DEFAULTS.dry_sequence_breakers)
 
     again = MainWindow(Settings.load(), service, ConversationStore(), owns_service=False)  # the next start
     qtbot.addWidget(again)
     assert (again.generation.params().temperature, again.generation.max_tokens()) == (0.7, 300)
-    assert again.chat.sampling.seed == 42
+    assert again.chat.sampling.seed == 42 and again.chat.sampling.dry_multiplier == 1.25
     g.reset_btn.click()  # back to the model's defaults: nothing saved for it any more
     assert g.params() == APP_DEFAULTS and embedded not in window.settings.generation
 

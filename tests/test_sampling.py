@@ -110,8 +110,13 @@ def test_the_model_files_recommendation_becomes_its_defaults(tmp_path):
 
 
 def test_parameters_out_of_range_are_refused():
-    for bad in (dict(temperature=-0.1), dict(top_p=1.5), dict(top_k=-1), dict(repeat_penalty=0.0), dict(seed=-2)):
+    for bad in (dict(temperature=-0.1), dict(top_p=1.5), dict(top_k=-1), dict(repeat_penalty=0.0), dict(seed=-2),
+                dict(dry_multiplier=-1.0), dict(dry_base=0.9), dict(dry_allowed_length=0), dict(dry_penalty_last_n=-2),
+                dict(dry_sequence_breakers=("",)), dict(dry_sequence_breakers="\n")):
         with pytest.raises(ValueError, match=next(iter(bad))):
             replace(GREEDY, **bad).check()
-    assert SamplingParams.from_dict({"temperature": 0.5, "top_k": "many", "seed": -9}, APP_DEFAULTS) == \
+    assert SamplingParams.from_dict({"temperature": 0.5, "top_k": "many", "seed": -9, "dry_base": 0.1,
+                                     "dry_sequence_breakers": [""]}, APP_DEFAULTS) == \
         replace(APP_DEFAULTS, temperature=0.5)  # a saved file's bad values fall back, the good ones stay
+    saved = SamplingParams.from_dict({"dry_multiplier": 1, "dry_sequence_breakers": ["\n", "##"]}, APP_DEFAULTS)
+    assert (saved.dry_multiplier, saved.dry_sequence_breakers) == (1.0, ("\n", "##"))  # JSON's list, an int

@@ -178,6 +178,9 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     ("temperature", 2.5), ("temperature", "hot"), ("top_p", 1.5), ("top_k", -1), ("top_k", 4.5), ("min_p", -0.1),
     ("repeat_penalty", 0), ("repeat_last_n", -2), ("presence_penalty", 3), ("frequency_penalty", -2.5),
     ("seed", -2), ("seed", "lucky"),
+    ("dry_multiplier", -0.1), ("dry_multiplier", 6), ("dry_base", 0.5), ("dry_allowed_length", 0),
+    ("dry_allowed_length", 2.5), ("dry_penalty_last_n", -2), ("dry_sequence_breakers", "\n"),
+    ("dry_sequence_breakers", [1]), ("dry_sequence_breakers", [""]), ("dry_sequence_breakers", ["x"] * 33),
 ])
 def test_a_wrong_sampling_value_gets_400(server, field, value):
     status, body = post_raw(server, "/v1/chat/completions", json.dumps({"messages": POEM, field: value}).encode())

@@ -7,7 +7,7 @@ spin boxes rest; a model with nothing saved gets Settings.max_tokens as its answ
 """
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.settings import Settings
-from backend.sampling import RANGES, SamplingParams, model_defaults
+from backend.sampling import RANGES, SamplingParams, model_defaults, numeric_fields
 
 MAX_TOKENS_RANGE = (8, 8192)  # as the Settings dialog's answer room
 SAVE_AFTER_MS = 500
@@ -38,6 +38,11 @@ ROWS = {
     "repeat_last_n": ("Penalty window", 16, 0, "the answer's last tokens the penalties look back on (0 = off)"),
     "presence_penalty": ("Presence penalty", 0.05, 2, "OpenAI's: once per token seen (0 = off)"),
     "frequency_penalty": ("Frequency penalty", 0.05, 2, "OpenAI's: per time a token was seen (0 = off)"),
+    "dry_multiplier": ("DRY multiplier", 0.05, 2, "DRY: make a token that would go on repeating what the answer "
+                       "said less likely, the more so the longer the repeat (0 = off)"),
+    "dry_base": ("DRY base", 0.05, 2, "DRY: how fast its penalty grows with each token of a repeat"),
+    "dry_allowed_length": ("DRY allowed length", 1, 0, "DRY: a repeat of up to this many tokens is free"),
+    "dry_penalty_last_n": ("DRY window", 16, 0, "the answer's last tokens DRY looks back on (0 = off)"),
     "seed": ("Seed", 1, 0, "the draw; 'random' = a new one per question (both runs of a comparison share it)"),
 }
 
@@ -51,6 +56,7 @@ class GenerationSettings(QGroupBox):
         self.model_name = ""  # the model file shown
         self._recommended: tuple = ()
         self._defaults = SamplingParams()
+        self._breakers = self._defaults.dry_sequence_breakers
         self._default_max_tokens = settings.max_tokens
         self._save_soon = QTimer(self)
         self._save_soon.setSingleShot(True)
@@ -98,7 +104,7 @@ class GenerationSettings(QGroupBox):
         box.setSingleStep(step)
         if name == "seed":
             box.setSpecialValueText("random")  # shown at the minimum, RANDOM_SEED
-        elif name == "repeat_last_n":
+        elif name in ("repeat_last_n", "dry_penalty_last_n"):
             box.setSpecialValueText("whole answer")  # -1
         return box
 
@@ -111,7 +117,9 @@ class GenerationSettings(QGroupBox):
         self._defaults, self._default_max_tokens = self._as_shown(defaults), self.settings.max_tokens
         self.source.setText(f"Defaults: {source}.")
         saved = self.settings.generation.get(model_name) or {}
-        self._set(SamplingParams.from_dict(saved, defaults), saved.get("max_tokens", self._default_max_tokens))
+        shown = SamplingParams.from_dict(saved, defaults)
+        self._breakers = shown.dry_sequence_breakers  # not in a box: a saved set or the defaults
+        self._set(shown, saved.get("max_tokens", self._default_max_tokens))
         self.changed.emit()
 
     def reload(self) -> None:
@@ -125,6 +133,7 @@ class GenerationSettings(QGroupBox):
                                   for name, (_, _, decimals, _) in ROWS.items() if decimals})
 
     def reset(self) -> None:
+        self._breakers = self._defaults.dry_sequence_breakers
         self._set(self._defaults, self._default_max_tokens)
         self._on_change()
 
@@ -142,7 +151,8 @@ class GenerationSettings(QGroupBox):
 
     # -- what the next question gets --
     def params(self) -> SamplingParams:
-        return self._as_shown(SamplingParams(**{f.name: self.boxes[f.name].value() for f in fields(SamplingParams)}))
+        shown = {f.name: self.boxes[f.name].value() for f in numeric_fields()}
+        return self._as_shown(SamplingParams(**shown, dry_sequence_breakers=self._breakers))
 
     def max_tokens(self) -> int:
         return self.max_tokens_box.value()

@@ -3,7 +3,8 @@
 Parsing is strict where a wrong value would silently change the answer (types, ranges, n > 1, an
 unknown RidgeFill mode) and lenient about fields that do not apply here (user, logit_bias...: accepted
 and ignored, as llama.cpp's server does). The sampling fields (OpenAI's temperature, top_p, seed,
-presence and frequency penalties; llama.cpp's top_k, min_p, repeat_penalty, repeat_last_n) reach the
+presence and frequency penalties; llama.cpp's top_k, min_p, repeat_penalty, repeat_last_n and the DRY
+fields dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers) reach the
 sampler; what a request leaves out is the model's default (backend/sampling.py), as in the GUI.
 Responses follow the OpenAI schema, plus
 llama.cpp server's `timings` object (backend.protocol.Timings: prompt_n, prompt_ms, ..., cache_n,
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backend.protocol import MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
-from backend.sampling import RANGES, SamplingParams, model_defaults
+from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
 DEFAULT_MAX_TOKENS = 512  # when a request gives none (OpenAI's own default is "up to the context")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -158,11 +159,18 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
 def _sampling(body: dict, base: SamplingParams) -> SamplingParams:
     """Each sampling field the body gives (its name is SamplingParams'), checked against its range, over `base`."""
     given = {}
-    for f in fields(SamplingParams):
+    for f in numeric_fields():
         kind = int if isinstance(getattr(base, f.name), int) else float
         value = _num(body, f.name, kind, None, *RANGES[f.name])
         if value is not None:
             given[f.name] = value
+    breakers = body.get("dry_sequence_breakers")
+    if breakers is not None:
+        problem = breakers_error(breakers)
+        if problem:
+            raise ApiError(400, f"'dry_sequence_breakers' must be {problem}.", param="dry_sequence_breakers",
+                           code="invalid_type" if not isinstance(breakers, list) else "invalid_value")
+        given["dry_sequence_breakers"] = tuple(breakers)
     return replace(base, **given)
 
 
