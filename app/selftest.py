@@ -1,8 +1,7 @@
 """`--selftest`: a headless check that an install (the bundle, the .deb, a checkout) works.
 
 It loads the embedded model, checks that `plumb` (RidgeFill's injection path fed the true
-activations) gives the same answer and last-position logits as the exact model (`off`) on a short
-document, runs one `speed` request with the shipped maps, checks that Qt and the GUI's modules load,
+activations) gives the exact model's (`off`) next-token distribution at the end of a short document, runs one `speed` request with the shipped maps, checks that Qt and the GUI's modules load,
 prints every timing, and exits 0 only if every check held (1 otherwise).
 """
 from __future__ import annotations
@@ -133,11 +132,19 @@ def _request(doc: str, mode: str):
 
 
 def _run(engine, doc: str, mode: str):
+    """The result and the logits at the prompt's end (what the first answer token was drawn from)."""
     from app.commands.common import format_timings
     from backend.completion import complete
+    from backend.protocol import TokenEvent
 
-    result = complete(engine, _request(doc, mode))
-    logits = engine.last_logits().copy()
+    first: list[np.ndarray] = []
+
+    def keep_first_logits(event) -> None:  # called before the first answer token is decoded
+        if isinstance(event, TokenEvent) and not first:
+            first.append(engine.last_logits().copy())
+
+    result = complete(engine, _request(doc, mode), on_event=keep_first_logits)
+    logits = first[0] if first else engine.last_logits().copy()  # no token: nothing was decoded after
     t = result.timings
     _say(f"[{mode}] answer: {result.text.strip()!r}")
     _say(format_timings(t))
@@ -158,12 +165,14 @@ def check_modes(engine) -> list[Check]:
                             f"plumb did not run (mode {t.mode!r}, bulk rows {t.bulk_n}): {t.note or 'no reason given'}"))
     else:
         kl = _kl(off_logits, plumb_logits)
-        same_tokens = plumb.tokens == off.tokens
         same_argmax = int(np.argmax(off_logits)) == int(np.argmax(plumb_logits))
-        ok = same_tokens and same_argmax and kl < KL_LIMIT
+        ok = same_argmax and kl < KL_LIMIT
+        # the answers are shown, not required equal: a near-tie later in a greedy answer can go either way
+        # under the rounding differences KL_LIMIT allows (docs/MEASUREMENTS.md#selftest-kl-limit)
         checks.append(Check("plumb == off", ok,
-                            f"same answer tokens: {same_tokens}, same last argmax: {same_argmax}, "
-                            f"KL(off||plumb) {kl:.2e} (limit {KL_LIMIT:g}), bulk rows {t.bulk_n}, split {t.split}"))
+                            f"same first token: {same_argmax}, KL(off||plumb) at the prompt's end {kl:.2e} "
+                            f"(limit {KL_LIMIT:g}), same answer: {plumb.tokens == off.tokens}, "
+                            f"bulk rows {t.bulk_n}, split {t.split}"))
 
     speed, _ = _run(engine, doc, "speed")
     t = speed.timings
