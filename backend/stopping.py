@@ -6,7 +6,7 @@ until the token limit, go round a list ("8. Monday"), or alternate two long list
 differ ("3. The client receives..." "4. The server then sends..." "5. The client receives...").
 Sentences end at . ! ? followed by a space, or at a line break (a list number's dot does not end one);
 they are compared lower-cased with their spacing, end marks and leading list marks dropped: numbering
-("7.", "**7.**", "(7)", "Step 7:") is not part of what a list item says. A sentence counts from
+("7.", "**7.**", "(7)", "07:", "Step 7:") is not part of what a list item says. A sentence counts from
 LOOP_MIN_WORDS words, a list line from one (a code block's "}" lines, a "Yes." are not a loop).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ LOOP_NOTE = "stopped: the answer was repeating itself"
 
 _BOUNDARY = re.compile(r"\n+|(?<=[.!?])\s+")
 _LIST_NUMBER = re.compile(r"\s*(\d+|[A-Za-z])[.)]")  # "8." at a line's start belongs to its line
-_LIST_MARK = re.compile(r"\s*([-*\u2022]|\d+[.)])\s")
+_LIST_MARK = re.compile(r"\s*([-*\u2022]|\d+[.):])\s")  # "- ", "8. ", "8) ", "08: "
 _LEAD = re.compile(r"^[\W\d_]+")  # list marks, numbering, quotes before the first word
 # a numbered item's label: "Step 3:", "item 3.", "Example 3)" (after _LEAD); only with its number
 _LABEL = re.compile(r"^(step|item|point|part|example|option|case|note|tip|reason|answer|question)\s+\d+\b[\W_]*")

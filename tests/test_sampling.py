@@ -1,6 +1,7 @@
 """Sampling on the embedded model through llama.cpp's sampler chain: a seed gives the same text again,
-greedy picks the argmax of the same logits as before, the default repeat penalty breaks a greedy loop,
-a loop is stopped and said; the model file's recommended sampling becomes its defaults."""
+greedy picks the argmax of the same logits as before, the default repeat penalty breaks a greedy loop and
+the default DRY one it does not reach, a loop is stopped and said; the model file's recommended sampling
+becomes its defaults."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from backend.protocol import ChatMessage, CompletionRequest
-from backend.sampling import APP_DEFAULTS, GREEDY, SamplingParams, model_defaults
+from backend.sampling import APP_DEFAULTS, DRY_SEQUENCE_BREAKERS, GREEDY, SamplingParams, model_defaults
 from backend.stopping import AnswerEnd, LoopWatch
 
 # Greedy on the embedded model says one line again and again (found by trying; see the report in
@@ -62,6 +63,43 @@ def test_a_greedy_loop_stops_looping_with_the_default_repeat_penalty(small_engin
     for sampling in (penalized, replace(APP_DEFAULTS, seed=1), replace(APP_DEFAULTS, seed=2)):
         answer = small_engine.complete(ask(LOOPING, max_tokens=128, sampling=sampling))
         assert most_repeated(answer.text) < 3, (sampling, answer.text)
+
+
+# A line of 104 tokens, twice: greedy goes on copying it, one copy every 105 tokens. The repeat penalty's
+# 64-token window never holds a copy's start when the next copy begins; DRY, over the whole answer, does.
+LONG_LINE = ("The client receives this response, reads the keepAlive headers, checks that keepAliveMsecs is still "
+             "1024, opens a second socket to the same server, sends the next request with the same headers, and "
+             "waits for the server to answer before it closes the first socket, writes the time of the answer to "
+             "the log file, counts the free sockets in the agent's pool, and puts the second socket back into the "
+             "pool so that the next request to this host can use it again.")
+COPYING = LONG_LINE + "\n" + LONG_LINE + "\n"
+
+
+def copies(text: str) -> int:
+    return text.count(LONG_LINE[:60])
+
+
+def test_dry_stops_a_loop_the_repeat_penalty_does_not_reach(small_engine):
+    def answer(sampling):
+        return small_engine.complete(CompletionRequest(prompt=COPYING, max_tokens=240, sampling=sampling)).text
+
+    assert copies(answer(GREEDY)) >= 2  # the loop this test is about
+    assert copies(answer(replace(APP_DEFAULTS, dry_multiplier=0.0))) >= 2  # the repeat penalty alone: still
+    assert APP_DEFAULTS.dry and copies(answer(APP_DEFAULTS)) == 1
+    assert copies(answer(replace(APP_DEFAULTS, dry_penalty_last_n=64))) >= 2  # DRY's window must reach back too
+
+
+def test_a_number_said_again_is_not_a_repeat_to_break(small_engine):
+    """Digits are tokens of their own: with llama.cpp's sequence breakers DRY penalizes the third digit of a
+    number said again, and the passkey came back as "59362". The app's defaults break DRY's sequences at
+    digits too."""
+    def answer(sampling):
+        return small_engine.complete(ask("The passkey is 5820417. Write a short note to a colleague that gives the "
+                                         "passkey, then repeat the passkey at the end of the note.", max_tokens=60,
+                                         sampling=sampling)).text
+
+    assert answer(APP_DEFAULTS).count("5820417") >= 2
+    assert answer(replace(APP_DEFAULTS, dry_sequence_breakers=DRY_SEQUENCE_BREAKERS)).count("5820417") == 1
 
 
 def test_a_loop_is_stopped_and_said(small_engine):

@@ -174,6 +174,24 @@ def test_each_sampling_parameter_reaches_the_sampler(client, model):
     assert completion(client, model, extra_body={"repeat_penalty": 2.0, "repeat_last_n": 0}) == greedy  # no window
 
 
+def test_each_dry_parameter_reaches_the_sampler(client, model):
+    """A 104-token line copied again and again (greedy): DRY breaks the copy; each of its parameters, set so
+    that DRY cannot act, gives greedy's answer back, and a steeper base another answer."""
+    from tests.test_sampling import COPYING
+
+    def text(**extra) -> str:
+        return client.completions.create(model=model, prompt=COPYING, max_tokens=160,
+                                         extra_body=extra).choices[0].text
+
+    greedy = text()  # this server's default: greedy, DRY off
+    dry = text(dry_multiplier=0.8)
+    assert dry != greedy
+    for cannot_act in ({"dry_penalty_last_n": 0}, {"dry_penalty_last_n": 64},  # 64: shorter than the repeat
+                       {"dry_allowed_length": 200}, {"dry_sequence_breakers": [" "]}):  # a word cannot repeat
+        assert text(dry_multiplier=0.8, **cannot_act) == greedy, cannot_act
+    assert text(dry_multiplier=0.8, dry_base=4.0) not in (greedy, dry)
+
+
 @pytest.mark.parametrize("field, value", [
     ("temperature", 2.5), ("temperature", "hot"), ("top_p", 1.5), ("top_k", -1), ("top_k", 4.5), ("min_p", -0.1),
     ("repeat_penalty", 0), ("repeat_last_n", -2), ("presence_penalty", 3), ("frequency_penalty", -2.5),

@@ -61,6 +61,11 @@ def test_a_list_items_number_is_not_what_it_says():
     assert sentence_key("**Step 3:** Send request 3 again.") == sentence_key("Step 12: send request 12 again")
     assert sentence_key("4. Send it to 40 hosts") != sentence_key("5. Send it to 50 hosts")  # not numbering
     assert LoopWatch().feed("3. The default is X.\n7. The default is X.\n9. The default is X.\n")
+    # the embedded model's days of the week, numbered "01:" (greedy, its prompt's start reused from the cache)
+    days = ("Here are the days of the week in a numbered format:\n\n01: Monday\n02: Tuesday\n03: Wednesday\n"
+            "04: Thursday\n05: Friday\n06: Saturday\n07: Sunday\n08: Monday\n09: Tuesday\n10: Wednesday\n"
+            "11: Thursday\n12: Friday\n13: Saturday\n14: Sunday\n15: Monday\n16: Tuesday\n")
+    assert fed(days) == len(days[: days.index("16:")])
 
 
 def test_what_is_not_a_loop():
