@@ -1,7 +1,8 @@
 """`--selftest`: a headless check that an install (the bundle, the .deb, a checkout) works.
 
 It loads the embedded model, checks that `plumb` (RidgeFill's injection path fed the true
-activations) gives the exact model's (`off`) next-token distribution at the end of a short document, runs one `speed` request with the shipped maps, checks that Qt and the GUI's modules load,
+activations) gives the exact model's (`off`) next-token distribution at the end of a short document,
+runs one `speed` request with the shipped maps, checks that Qt and the GUI's modules load,
 prints every timing, and exits 0 only if every check held (1 otherwise).
 """
 from __future__ import annotations
