@@ -124,3 +124,24 @@ def test_the_engine_child_ends_when_its_parent_is_killed(tmp_path, model_path):
         wait_for(lambda: not alive(engine) and not alive(tracker), GONE_WITHIN_S, "the engine and its tracker")
     finally:
         end(parent, *found)
+
+
+def test_shutdown_returns_once_the_queues_let_go_of_their_locks(tmp_path, model_path, monkeypatch):
+    """Released last by a queue's daemon feeder thread, a lock's cleanup can be cut by the exit halfway
+    (unlinked, the tracker not told) and the tracker warns at exit (seen in CI after "interrupted")."""
+    import threading
+
+    from app.engine_process import EngineProcess
+    from app.engine_protocol import EngineSettings, EngineStarted, TaskKind
+
+    monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path / "home"))
+    proc = EngineProcess(EngineSettings(model_path, n_ctx=512, n_threads=1, warm_up=False))
+    try:
+        proc.start()
+        wait_for(lambda: any(isinstance(m, EngineStarted) for m in proc.poll()), 180, "the engine")
+        proc.submit(TaskKind.PING)
+        proc.shutdown()
+        feeders = [t for t in threading.enumerate() if t.name == "QueueFeederThread" and t.is_alive()]
+        assert not feeders
+    finally:
+        proc.shutdown()
