@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES_PER_POLL = 400  # a caller on an event loop stays responsive under a flood of token events
 MAX_RESTARTS = 3  # within RESTART_WINDOW_S; more means the engine cannot run, so stop trying
 RESTART_WINDOW_S = 60.0
-FEEDER_JOIN_S = 2.0  # a feeder flushes a few small messages into a pipe buffer: milliseconds
+FEEDER_JOIN_S = 0.2  # all feeders together; one flushing its last messages into a pipe takes milliseconds
 
 
 class EngineProcess:
@@ -240,10 +240,12 @@ class EngineProcess:
         for q in queues:
             q.cancel_join_thread()  # an unbounded join could block the caller's exit on a full pipe
             q.close()
+        # A bounded wait for each feeder thread, so the queue's locks are released on this thread: released
+        # last by a daemon feeder, their cleanup (unlink, then tell the resource tracker) can be cut by the
+        # exit in between, and the tracker warns at exit about a semaphore already gone. Bounded: a feeder
+        # writing to a dead child's full pipe never ends.
+        deadline = time.monotonic() + FEEDER_JOIN_S
         for q in queues:
-            # A bounded wait for each feeder thread, so the queue's locks are released on this thread: released
-            # last by a daemon feeder, their cleanup (unlink, then tell the resource tracker) can be cut by the
-            # exit in between, and the tracker warns at exit about a semaphore already gone.
             feeder = getattr(q, "_thread", None)  # multiprocessing's own attribute; no public bounded join
             if feeder is not None:
-                feeder.join(FEEDER_JOIN_S)
+                feeder.join(max(0.0, deadline - time.monotonic()))

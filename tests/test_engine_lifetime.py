@@ -129,8 +129,6 @@ def test_the_engine_child_ends_when_its_parent_is_killed(tmp_path, model_path):
 def test_shutdown_returns_once_the_queues_let_go_of_their_locks(tmp_path, model_path, monkeypatch):
     """Released last by a queue's daemon feeder thread, a lock's cleanup can be cut by the exit halfway
     (unlinked, the tracker not told) and the tracker warns at exit (seen in CI after "interrupted")."""
-    import threading
-
     from app.engine_process import EngineProcess
     from app.engine_protocol import EngineSettings, EngineStarted, TaskKind
 
@@ -140,8 +138,8 @@ def test_shutdown_returns_once_the_queues_let_go_of_their_locks(tmp_path, model_
         proc.start()
         wait_for(lambda: any(isinstance(m, EngineStarted) for m in proc.poll()), 180, "the engine")
         proc.submit(TaskKind.PING)
+        queues = (proc._tasks, proc._events, proc._cancels)
         proc.shutdown()
-        feeders = [t for t in threading.enumerate() if t.name == "QueueFeederThread" and t.is_alive()]
-        assert not feeders
+        assert not [q for q in queues if getattr(q, "_thread", None) is not None and q._thread.is_alive()]
     finally:
         proc.shutdown()
