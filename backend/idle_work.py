@@ -29,6 +29,7 @@ class DocumentStatus:
     exact_rows: int = 0  # the leading rows as the exact model wrote them
     refining: bool = False
     saved: bool = False  # on disk as it is now
+    saving: bool = False  # a save of it as it is now is due (none is, after a prefill that stopped midway)
     note: str = ""  # why refinement or saving stopped, if they did
     cache_entries: int = 0
     cache_bytes: int = 0
@@ -41,8 +42,7 @@ class DocumentStatus:
             return ""
         if self.exact_rows < self.tokens:
             return f"document {self.tokens:,} tokens, {self.exact_rows / self.tokens:.0%} exact"
-        saving = ", saving" if self.cache_limit and not self.saved and not self.note else ""
-        return f"document {self.tokens:,} tokens, exact{saving}"
+        return f"document {self.tokens:,} tokens, exact{', saving' if self.saving else ''}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -124,6 +124,7 @@ class IdleWork:
         rows = self.engine.row_record
         st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),
                             saved=self._saved and self._document is not None,
+                            saving=self.cache is not None and self.pending and not self._saved,
                             note=" ".join(n for n in (self._save_note, self._refine_note) if n))
         if self.cache is not None:
             entries = self.cache.entries()

@@ -19,7 +19,7 @@ def test_the_status_bar_shows_the_document_made_exact(qtbot, model_path):
     service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=2548, refining=True, cache_limit=4 * 10**9)))
     assert w.document_label.text() == "document 4,110 tokens, 62% exact"
     assert "of 4 GB" in w.document_label.toolTip()
-    service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, cache_limit=4 * 10**9)))
+    service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, saving=True, cache_limit=4 * 10**9)))
     assert w.document_label.text() == "document 4,110 tokens, exact, saving"  # not yet on disk
     service._deliver(DocumentState(DocumentStatus(tokens=4110, exact_rows=4110, saved=True, cache_limit=4 * 10**9)))
     assert w.document_label.text() == "document 4,110 tokens, exact"

@@ -37,6 +37,16 @@ def test_idle_work_saves_then_refines_then_saves_the_exact_rows(engine, tmp_path
     assert not work.pending  # the rows it was for are gone
 
 
+def test_after_a_prefill_stopped_midway_the_status_says_no_save_is_coming(engine, tmp_path):
+    toks = induction_prompt(engine, 400)
+    engine.prefill(toks, reuse_prefix=False)  # exact rows, as a cancelled exact prefill leaves them
+    work = IdleWork(engine, PromptCache(tmp_path / "prompts"))
+    work.after_completion()
+    assert work.status().line().endswith(", exact, saving")  # the control: a save is due
+    work.forget()  # the engine child's answer to a cancelled prefill: nothing to save
+    assert work.status().line() == f"document {len(toks):,} tokens, exact"
+
+
 def test_the_engine_child_refines_when_idle_and_a_request_preempts_it(model_path, tmp_path):
     from app.engine_process import EngineProcess
     from app.engine_protocol import DocumentState, EngineSettings, TaskCancelled, TaskDone, TaskEvent, TaskKind
