@@ -84,9 +84,7 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     A truncated or corrupt file fails here, with a clear error, instead of inside llama.cpp.
     """
     p = check_gguf(path)
-    reader = open_reader(p)
-    fields = {name: _field_value(f) for name, f in reader.fields.items()}
-    return _info_from_fields(p, fields)
+    return _info_from_fields(p, open_reader(p).values)
 
 
 def read_model_header(path: str | os.PathLike) -> ModelInfo:
@@ -142,28 +140,106 @@ def kv_bytes_per_token(info: ModelInfo) -> int:
     return info.n_layer * info.n_head_kv * head_dim * 2 * 2
 
 
-def open_reader(path: Path):
-    """A GGUFReader over the file; any parse failure becomes a ModelFileError."""
-    from gguf import GGUFReader
+@dataclass
+class GGUFContents:
+    """A GGUF file as `open_reader` reads it: metadata values (an array as GGUFArray, its length only), the
+    bytes of each key-value pair in the file, and the tensor table as gguf's ReaderTensor (data: views of
+    the memory-mapped file)."""
+
+    values: dict
+    spans: dict[str, tuple[int, int]]
+    tensors: list
+    data: "np.ndarray"  # the whole file, uint8, memory-mapped
+
+
+def open_reader(path: Path) -> GGUFContents:
+    """The file's metadata and tensor table; any parse failure becomes a ModelFileError. One walk of the
+    header (gguf's GGUFReader took 23.7 s on Gemma 3's 262,144-token vocabulary and 5.4 s on SmolLM2's:
+    docs/MEASUREMENTS.md#reading-the-gguf-header); a file the walk does not take (big-endian) goes to
+    gguf's reader."""
+    import numpy as np
 
     try:
-        reader = GGUFReader(path, "r")
-        size = path.stat().st_size
-        for t in reader.tensors:  # every tensor's data must lie inside the file
-            if t.data_offset + t.n_bytes > size:
-                raise ValueError(f"tensor {t.name} runs past the end of the file")
+        data = np.memmap(path, mode="r")
+        try:
+            values, spans, at, n_tensors = _walk(data)
+        except _Unsupported:
+            return _from_gguf_reader(path)
+        tensors = _tensor_table(data, at, n_tensors, _alignment(values))
     except ModelFileError:
         raise
-    except Exception as exc:  # the reader raises many kinds on damaged files
+    except Exception as exc:  # struct, numpy, gguf and the walk raise many kinds on damaged files
         raise ModelFileError(
             f"{path.name} is damaged or truncated ({type(exc).__name__}: {exc}). "
             "Download it again or choose another file."
         ) from exc
-    return reader
+    return GGUFContents(values, spans, tensors, data)
+
+
+def _alignment(values: dict) -> int:
+    align = values.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise ValueError(f"general.alignment {align!r} is not a power of two")
+    return align
+
+
+def _tensor_table(data, at: int, count: int, alignment: int) -> list:
+    """gguf's ReaderTensor for each entry of the tensor table at `at`, as GGUFReader builds them."""
+    import numpy as np
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+    from gguf.gguf_reader import ReaderTensor
+    from gguf.quants import quant_shape_to_byte_shape
+
+    plain = {Q.F16: np.float16, Q.F32: np.float32, Q.F64: np.float64, Q.I8: np.int8, Q.I16: np.int16,
+             Q.I32: np.int32, Q.I64: np.int64}
+    infos = []
+    for _ in range(count):
+        n = struct.unpack_from("<Q", data, at)[0]
+        name, at = bytes(data[at + 8:at + 8 + n]).decode("utf-8"), at + 8 + n
+        n_dims = struct.unpack_from("<I", data, at)[0]
+        dims = np.array(struct.unpack_from(f"<{n_dims}Q", data, at + 4), dtype=np.uint64)
+        raw_type, offset = struct.unpack_from("<IQ", data, at + 4 + 8 * n_dims)
+        at += 4 + 8 * n_dims + 12
+        infos.append((name, dims, Q(raw_type), offset))
+    if len({name for name, *_ in infos}) != len(infos):
+        raise ValueError("the tensor table names a tensor twice")
+    start = -(-at // alignment) * alignment
+    tensors = []
+    for name, dims, qtype, offset in infos:
+        n_elems = int(np.prod(dims))
+        block_size, type_size = GGML_QUANT_SIZES[qtype]
+        n_bytes = n_elems * type_size // block_size
+        offs = start + offset
+        if offs + n_bytes > len(data):
+            raise ValueError(f"tensor {name} runs past the end of the file")
+        shape = tuple(reversed(dims.tolist()))
+        item = plain.get(qtype)
+        if item is None:
+            item, shape = np.uint8, quant_shape_to_byte_shape(shape, qtype)
+        view = data[offs:offs + n_bytes].view(item).reshape(shape)
+        tensors.append(ReaderTensor(name=name, tensor_type=qtype, shape=dims, n_elements=n_elems, n_bytes=n_bytes,
+                                    data_offset=offs, data=view, field=None))
+    return tensors
+
+
+def _from_gguf_reader(path: Path) -> GGUFContents:
+    """The same contents through gguf's own reader (slow on large vocabularies, but it reads any byte order)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path, "r")
+    size = path.stat().st_size
+    for t in reader.tensors:
+        if t.data_offset + t.n_bytes > size:
+            raise ValueError(f"tensor {t.name} runs past the end of the file")
+    values, spans = {}, {}
+    for name, f in reader.fields.items():
+        values[name] = GGUFArray(len(f.data)) if f.types and f.types[0].name == "ARRAY" else _field_value(f)
+        spans[name] = (f.offset, f.offset + sum(part.nbytes for part in f.parts))
+    return GGUFContents(values, spans, reader.tensors, reader.data)
 
 
 def _field_value(field):
-    """A GGUF metadata value as a Python scalar, string or list (via gguf's own decoder)."""
+    """A GGUF metadata value as a Python scalar or string (via gguf's own decoder)."""
     try:
         return field.contents()
     except Exception:
@@ -174,12 +250,24 @@ class _Unsupported(Exception):
     pass
 
 
-class _Array:
-    """An array value, skipped (nothing the header read needs is an array)."""
+class GGUFArray:
+    """An array value; its elements are skipped (nothing read from the header needs them), len() is its count."""
+
+    def __init__(self, count: int = 0):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
 
 
 def _metadata(buf) -> dict:
     """The metadata key-value pairs of a little-endian GGUF v2/v3 file, arrays skipped."""
+    return _walk(buf)[0]
+
+
+def _walk(buf) -> tuple[dict, dict, int, int]:
+    """(values, the byte span of each key-value pair, where the tensor table starts, the tensor count) of
+    a little-endian GGUF v2/v3 file; arrays are GGUFArray."""
     from gguf.constants import GGUFValueType as T
     from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
@@ -188,7 +276,7 @@ def _metadata(buf) -> dict:
     version = struct.unpack_from("<I", buf, 4)[0]
     if version not in READER_SUPPORTED_VERSIONS:  # 1 is obsolete; a huge number is a big-endian file
         raise _Unsupported(f"GGUF version {version}")
-    n_kv = struct.unpack_from("<Q", buf, 16)[0]
+    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
     pos = 24
 
     def string(at: int) -> tuple[str, int]:
@@ -211,7 +299,9 @@ def _metadata(buf) -> dict:
         raise _Unsupported(f"value type {vtype}")
 
     out: dict = {}
+    spans: dict[str, tuple[int, int]] = {}
     for _ in range(n_kv):
+        begin = pos
         key, pos = string(pos)
         vtype = struct.unpack_from("<I", buf, pos)[0]
         pos += 4
@@ -220,6 +310,9 @@ def _metadata(buf) -> dict:
         elif vtype == T.STRING:
             out[key], _ = string(pos)
         elif vtype == T.ARRAY:
-            out[key] = _Array()
+            out[key] = GGUFArray(struct.unpack_from("<IQ", buf, pos)[1])
         pos = skip(vtype, pos)
-    return out
+        if pos > len(buf):
+            raise ValueError(f"the metadata runs past the end of the file at {key}")
+        spans[key] = (begin, pos)
+    return out, spans, pos, n_tensors

@@ -48,3 +48,23 @@ def test_the_sliding_window_is_read_from_the_header(tmp_path, model_path):
     gemma = write_tiny_gguf(tmp_path / "gemma3.gguf", "gemma3", sliding_window=48)
     assert read_model_header(gemma).sliding_window == read_model_info(gemma).sliding_window == 48
     assert read_model_header(model_path).sliding_window == 0  # llama: every layer sees everything
+
+
+def test_the_header_walk_reads_what_ggufs_own_reader_reads(model_path):
+    """open_reader walks the header itself (gguf's reader takes seconds on a large vocabulary); what it
+    gives must be what gguf's reader gives: values, each pair's bytes, the tensor table and its data."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from backend.model_file import GGUFArray, _from_gguf_reader, open_reader
+
+    fast, slow = open_reader(Path(model_path)), _from_gguf_reader(Path(model_path))
+    meta = {k: v for k, v in slow.values.items() if not k.startswith("GGUF.")}  # gguf's header pseudo-fields
+    assert fast.values.keys() == meta.keys() and fast.spans == {k: slow.spans[k] for k in meta}
+    for k, v in meta.items():
+        assert (len(fast.values[k]), type(fast.values[k])) == (len(v), GGUFArray) if isinstance(v, GGUFArray) \
+            else fast.values[k] == v, k
+    assert [(t.name, t.tensor_type, list(t.shape), t.n_bytes, t.data_offset, t.data.shape) for t in fast.tensors] == \
+        [(t.name, t.tensor_type, list(t.shape), t.n_bytes, t.data_offset, t.data.shape) for t in slow.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(fast.tensors[:12], slow.tensors[:12]))

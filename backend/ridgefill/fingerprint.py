@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from backend.model_file import check_gguf, open_reader
+from backend.model_file import GGUFArray, check_gguf, open_reader
 
 # `<arch>.<key>` values that must be equal for a map to fit: shapes and what shapes the stream.
 METADATA_KEYS = (
@@ -62,31 +62,25 @@ def model_fingerprint(model_path: str | os.PathLike, layers: list[int] | None = 
 
 
 def _read(p: Path) -> dict:
-    reader = open_reader(p)
-    fields = reader.fields
+    gguf = open_reader(p)
+    values = gguf.values
 
     def value(name: str):
-        f = fields.get(name)
-        if f is None:
-            return None
-        try:
-            return f.contents()
-        except Exception:
-            return None
+        v = values.get(name)
+        return None if isinstance(v, GGUFArray) else v  # an array's elements are not read
 
     arch = value("general.architecture")
     metadata = {k: value(f"{arch}.{k}") for k in METADATA_KEYS}
-    if metadata["vocab_size"] is None and "tokenizer.ggml.tokens" in fields:  # most files leave it out
-        metadata["vocab_size"] = len(fields["tokenizer.ggml.tokens"].data)
+    if metadata["vocab_size"] is None and "tokenizer.ggml.tokens" in values:  # most files leave it out
+        metadata["vocab_size"] = len(values["tokenizer.ggml.tokens"])
 
     tok = hashlib.sha256()
-    for name in sorted(n for n in fields if n.startswith("tokenizer.ggml.")):
-        f = fields[name]  # its parts (key, type tags, values) lie back to back in the file
-        size = sum(part.nbytes for part in f.parts)
-        tok.update(reader.data[f.offset : f.offset + size].tobytes())
+    for name in sorted(n for n in values if n.startswith("tokenizer.ggml.")):
+        begin, end = gguf.spans[name]  # the key, its type tags and its values, back to back in the file
+        tok.update(gguf.data[begin:end].tobytes())
 
     tensors: dict[str, tuple[int, str, str]] = {}
-    for t in reader.tensors:
+    for t in gguf.tensors:
         m = _BLK.match(t.name)
         if m and m.group(2).startswith(KV_PATH_PREFIXES):
             tensors[t.name] = (int(m.group(1)), t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest())

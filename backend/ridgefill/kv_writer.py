@@ -117,9 +117,9 @@ def _matmul(x: torch.Tensor, w: torch.Tensor, act: str, mins: torch.Tensor | Non
 def open_weights(model_path: str):
     """(the GGUF's tensors by name, its RMS-norm epsilon) for loading layer weights."""
     reader = open_reader(Path(model_path))
-    arch = str(reader.fields["general.architecture"].contents())
-    eps_field = reader.fields.get(f"{arch}.attention.layer_norm_rms_epsilon")
-    return {t.name: t for t in reader.tensors}, (float(eps_field.contents()) if eps_field is not None else 1e-6)
+    arch = str(reader.values["general.architecture"])
+    eps = reader.values.get(f"{arch}.attention.layer_norm_rms_epsilon")
+    return {t.name: t for t in reader.tensors}, (float(eps) if isinstance(eps, (int, float)) else 1e-6)
 
 
 def layer_tensor(tensors: dict, il: int, name: str, required: bool = True) -> torch.Tensor | None:
