@@ -1,13 +1,12 @@
 """GGUF model files: where the embedded default lives, checking a file, and reading its header (the one
-home of GGUF header reading; the `gguf` package's reader for the full file, its value types for the quick
-metadata read).
+home of GGUF header reading).
 
-`read_model_info` builds gguf's full reader, which also checks the tensor table but turns every entry of
-the tokenizer arrays into numpy views: too slow for the GUI's first frame
-(docs/MEASUREMENTS.md#reading-the-gguf-header). `read_model_header` walks the metadata
-key-value section once, skipping arrays, and returns the same `ModelInfo` in milliseconds; anything it
-does not understand (a big-endian or version-1 file, an array where a number belongs) falls back to
-read_model_info.
+gguf's GGUFReader turns every entry of the tokenizer arrays into numpy views: seconds per read on a large
+vocabulary (docs/MEASUREMENTS.md#reading-the-gguf-header). So the header is walked here once, arrays
+skipped: `read_model_header` reads the metadata only (milliseconds, for the GUI's first frame);
+`open_reader` also reads the tensor table into gguf's own ReaderTensor, with gguf's quantization tables,
+checking every tensor lies inside the file (`read_model_info`, the K/V writer, the fingerprint). A file
+the walk does not take (big-endian) goes to gguf's reader; one version 1 or damaged is refused.
 """
 from __future__ import annotations
 
@@ -79,7 +78,7 @@ def check_gguf(path: str | os.PathLike) -> Path:
 
 
 def read_model_info(path: str | os.PathLike) -> ModelInfo:
-    """Parse the GGUF header and tensor table with the `gguf` package.
+    """Parse the GGUF header and tensor table (open_reader).
 
     A truncated or corrupt file fails here, with a clear error, instead of inside llama.cpp.
     """

@@ -40,7 +40,7 @@ _cache: dict[tuple, dict] = {}
 def model_fingerprint(model_path: str | os.PathLike, layers: list[int] | None = None) -> dict:
     """The fingerprint of a GGUF model. `layers`: whose K/V-path weights to describe (default all).
 
-    The file is parsed once per (path, size, mtime): GGUFReader takes seconds on a 100 MB model.
+    The file is read once per (path, size, mtime): hashing the K/V weights takes a fraction of a second.
     """
     p = check_gguf(model_path)
     st = p.stat()
