@@ -209,8 +209,7 @@ def _tensor_table(data, at: int, count: int, alignment: int) -> list:
         block_size, type_size = GGML_QUANT_SIZES[qtype]
         n_bytes = n_elems * type_size // block_size
         offs = start + offset
-        if offs + n_bytes > len(data):
-            raise ValueError(f"tensor {name} runs past the end of the file")
+        _check_inside(name, offs, n_bytes, len(data))
         shape = tuple(reversed(dims.tolist()))
         item = plain.get(qtype)
         if item is None:
@@ -221,6 +220,11 @@ def _tensor_table(data, at: int, count: int, alignment: int) -> list:
     return tensors
 
 
+def _check_inside(name: str, offset: int, n_bytes: int, file_size: int) -> None:
+    if offset + n_bytes > file_size:
+        raise ValueError(f"tensor {name} runs past the end of the file")
+
+
 def _from_gguf_reader(path: Path) -> GGUFContents:
     """The same contents through gguf's own reader (slow on large vocabularies, but it reads any byte order)."""
     from gguf import GGUFReader
@@ -228,8 +232,7 @@ def _from_gguf_reader(path: Path) -> GGUFContents:
     reader = GGUFReader(path, "r")
     size = path.stat().st_size
     for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size:
-            raise ValueError(f"tensor {t.name} runs past the end of the file")
+        _check_inside(t.name, t.data_offset, t.n_bytes, size)
     values, spans = {}, {}
     for name, f in reader.fields.items():
         values[name] = GGUFArray(len(f.data)) if f.types and f.types[0].name == "ARRAY" else _field_value(f)
