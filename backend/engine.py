@@ -394,9 +394,7 @@ class Engine:
                 self._make_context(min(self.n_ctx_max, -(-need // CTX_STEP) * CTX_STEP), grow=True)
             except EngineError:  # out of memory: the engine goes on at its old size, the prompt is refused
                 self._make_context(old)
-                raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens),
-                                           "This machine has not enough free memory for a larger context: "
-                                           "close other programs, or use a shorter document.") from None
+                raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens), no_memory=True) from None
 
     # ---- low level -----------------------------------------------------------------------------
     def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,

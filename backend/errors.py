@@ -18,16 +18,19 @@ class EmptyDocumentError(DocumentError):
 
 
 class DocumentTooLongError(DocumentError):
-    def __init__(self, prompt_tokens: int, limit: int, reserved: int, advice: str = ""):
+    def __init__(self, prompt_tokens: int, limit: int, reserved: int, advice: str = "", *, no_memory: bool = False):
         self.prompt_tokens = prompt_tokens
         self.limit = limit
         self.reserved = reserved
         self.advice = advice  # which models would hold it (backend.hub.context_fit), where known
+        self.no_memory = no_memory  # the model holds it, but the context could not grow for lack of memory
+        what = ("This machine has not enough free memory for a larger context: close other programs, or use "
+                "a shorter document." if no_memory else
+                "Shorten the document, or raise the context size if the model supports it.")
         super().__init__(
             f"The prompt has {prompt_tokens:,} tokens, but the context holds {limit:,} "
             f"({reserved:,} of them kept for the answer, so at most {limit - reserved:,} for the prompt). "
-            "Shorten the document, or raise the context size if the model supports it."
-            + (f" {advice}" if advice else "")
+            + what + (f" {advice}" if advice else "")
         )
 
     @property

@@ -37,7 +37,7 @@ def with_advice(exc: DocumentTooLongError, settings: HubSettings | None = None) 
     error that already says what to do, such as too little memory to grow the context, stays as it is)."""
     from .catalogue import load_catalogue, user_models_file
 
-    if exc.advice:
+    if exc.advice or exc.no_memory:  # a larger model's context would not help there
         return exc
 
     try:
