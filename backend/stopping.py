@@ -8,6 +8,10 @@ Sentences end at . ! ? followed by a space, or at a line break (a list number's 
 they are compared lower-cased with their spacing, end marks and leading list marks dropped: numbering
 ("7.", "**7.**", "(7)", "07:", "Step 7:") is not part of what a list item says. A sentence counts from
 LOOP_MIN_WORDS words, a list line from one (a code block's "}" lines, a "Yes." are not a loop).
+A heading (a line of its own: "## Costs", "**Monday**", "Risks:", or too short to count) starts a
+section: a sentence counts three times within one heading's section ("**Mon** - gym **Tue** - gym
+**Wed** - gym" is a schedule), and headings take part in the "A B A B" check, so the same section
+written again is still a loop.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ _LEAD = re.compile(r"^[\W\d_]+")  # list marks, numbering, quotes before the fir
 _LABEL = re.compile(r"^(step|item|point|part|example|option|case|note|tip|reason|answer|question)\s+\d+\b[\W_]*")
 _WORD = re.compile(r"\w+")
 _NUMBER = re.compile(r"\d+")
+_HEADING = re.compile(r"#+\s.*|\*\*[^*]+\*\*:?|.*:")  # a line that names what follows it
 
 
 def sentence_key(sentence: str) -> str:
@@ -53,24 +58,35 @@ class LoopWatch:
 
     def __init__(self):
         self._open = ""  # the sentence still being written
-        self.seen: Counter = Counter()
-        self.said: list[str] = []  # the sentences that count, in order, as sentence_key has them
+        self._line_start = True  # it began a line
+        self._heading = ""  # the last heading, as said has it
+        self.seen: Counter = Counter()  # (heading, sentence key): how often, in that heading's section
+        self.said: list[str] = []  # the sentences that count and the headings, in order, as keys
 
     def feed(self, piece: str) -> bool:
         self._open += piece
         looped, start = False, 0
         while (m := _BOUNDARY.search(self._open, start)) is not None:
-            head = self._open[: m.start()]
-            if not m.group().startswith("\n") and _LIST_NUMBER.fullmatch(head):
+            head, ends_line = self._open[: m.start()], "\n" in m.group()
+            if not ends_line and _LIST_NUMBER.fullmatch(head):
                 start = m.end()  # "8. Monday": not a sentence of its own
                 continue
             self._open, start = self._open[m.end():], 0
-            key = sentence_key(head)
-            if key:
-                self.seen[key] += 1
-                self.said.append(key)
-                looped = looped or self.seen[key] >= LOOP_REPEATS or self._cycled()
+            looped = self._sentence(head, whole_line=self._line_start and ends_line) or looped
+            self._line_start = ends_line
         return looped
+
+    def _sentence(self, text: str, whole_line: bool) -> bool:
+        key = sentence_key(text)
+        if whole_line and _WORD.search(text) and (not key or _HEADING.fullmatch(text.strip())):
+            self._heading = "# " + " ".join(text.lower().split())
+            self.said.append(self._heading)
+            return self._cycled()
+        if not key:
+            return False
+        self.seen[self._heading, key] += 1
+        self.said.append(key)
+        return self.seen[self._heading, key] >= LOOP_REPEATS or self._cycled()
 
     def _cycled(self) -> bool:
         """The last 2k sentences are k sentences (2 <= k <= LOOP_CYCLE_MAX) said twice in a row."""
