@@ -567,6 +567,7 @@ class Engine:
         if not 0 < last_n < len(tokens):
             raise ValueError("last_n must be between 1 and len(tokens) - 1")
         head = tokens[:-last_n]
+        self.make_room(len(tokens), 1)
         with self.scratch():
             self.truncate_cache(0)  # whatever the cache held, the head starts at position 0
             if prefill is None:

@@ -61,6 +61,27 @@ def test_an_automatic_context_follows_the_document():
         assert res.timings.mode == "speed" and res.timings.bulk_n > 0, res.timings.note  # the layout followed
 
 
+def test_the_evaluations_own_prefills_grow_an_automatic_context_too(tmp_path):
+    """nll and hitrate prefill without a request (the ΔNLL document, the bulk pass): at 16K on Gemma
+    they stopped with llama_decode's "no room" at position 4,096, the context's first size."""
+    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.evals import selection
+    from backend.evals.haystacks import filler_haystack
+    from backend.evals.needles import build_item
+    from backend.model_file import embedded_model_path
+    from backend.protocol import AUTO_CTX
+
+    with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
+        item = build_item(e, length=CTX_STEP + 300, depth=0.5, variant="single", haystack=filler_haystack())
+        grid = selection.Grid(windows=(32,), layer_sets=((7,),), variants=(("max", "bulk+window"),), pools=(5,),
+                              forwards=("wrap",), peaks=(8,), contrasts=(False,), also_peaks=(0,))
+        rec = selection.run_hit_rate(e, [item], 12, 64, tmp_path / "hits.jsonl", grid=grid)[0]
+        assert rec["bulk"] and rec["hits"] and e.n_ctx > CTX_STEP
+        tokens = e.prompt_tokens(item.request())
+    with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
+        assert len(e.token_logprobs(tokens, 4)) == 4 and e.n_ctx > CTX_STEP
+
+
 def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(monkeypatch):
     """Out of memory while growing: a clear refusal that says why, and the engine keeps its old size
     (it used to free the model, leaving a dead engine)."""

@@ -72,6 +72,7 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
     need = needed_rows(engine, tokens, item)
     if max(need) >= bulk_end:
         return {"id": item.id, "bulk": False}
+    engine.make_room(len(tokens), 1)
     setup = runtime(engine)
     engine.truncate_cache(0)  # the bulk pass writes from position 0 of an empty context
     # the bulk pass stops above the highest scoring layer: what is below is all scoring reads
