@@ -68,7 +68,7 @@ class LoopWatch:
         looped, start = False, 0
         while (m := _BOUNDARY.search(self._open, start)) is not None:
             head, ends_line = self._open[: m.start()], "\n" in m.group()
-            if not ends_line and _LIST_NUMBER.fullmatch(head):
+            if not m.group().startswith("\n") and _LIST_NUMBER.fullmatch(head):
                 start = m.end()  # "8. Monday": not a sentence of its own
                 continue
             self._open, start = self._open[m.end():], 0
