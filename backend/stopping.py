@@ -8,10 +8,9 @@ Sentences end at . ! ? followed by a space, or at a line break (a list number's 
 they are compared lower-cased with their spacing, end marks and leading list marks dropped: numbering
 ("7.", "**7.**", "(7)", "07:", "Step 7:") is not part of what a list item says. A sentence counts from
 LOOP_MIN_WORDS words, a list line from one (a code block's "}" lines, a "Yes." are not a loop).
-A heading (a line of its own: "## Costs", "**Monday**", "Risks:", or too short to count) starts a
-section: a sentence counts three times within one heading's section ("**Mon** - gym **Tue** - gym
-**Wed** - gym" is a schedule), and headings take part in the "A B A B" check, so the same section
-written again is still a loop.
+A heading (a line of its own: "## Costs", "**Monday**", "Risks:") starts a section: a sentence counts
+three times within one heading's section ("**Mon** - gym **Tue** - gym **Wed** - gym" is a schedule),
+and headings take part in the "A B A B" check, so the same section written again is still a loop.
 """
 from __future__ import annotations
 
@@ -78,7 +77,7 @@ class LoopWatch:
 
     def _sentence(self, text: str, whole_line: bool) -> bool:
         key = sentence_key(text)
-        if whole_line and _WORD.search(text) and (not key or _HEADING.fullmatch(text.strip())):
+        if whole_line and _WORD.search(text) and _HEADING.fullmatch(text.strip()):
             self._heading = "# " + " ".join(text.lower().split())
             self.said.append(self._heading)
             return self._cycled()

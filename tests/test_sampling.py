@@ -125,13 +125,6 @@ def test_loop_watch_counts_sentences_and_list_lines_not_code():
     assert LoopWatch().feed("1. Monday\n2. Tuesday\n3. Monday\n4. Friday\n5. Monday\n")  # a list going round
     assert not LoopWatch().feed("}\n}\n}\n}\n")  # no words
     assert not LoopWatch().feed("Yes.\nYes.\nYes.\n")  # too short for a sentence, and not a list line
-    # the same line under three headings is a schedule; a section written again is a loop
-    schedule = "**Monday**\n- gym\n**Tuesday**\n- gym\n**Wednesday**\n- gym\n"
-    assert not LoopWatch().feed(schedule)
-    assert not LoopWatch().feed("## Costs\nNot stated in the document.\n## Risks\nNot stated in the document.\n"
-                                "## Dates\nNot stated in the document.\n")
-    assert LoopWatch().feed("**Monday**\n- gym\n**Monday**\n- gym\n")
-    assert LoopWatch().feed("Summary:\nThe sky is blue. The sky is blue. The sky is blue.\n")  # within one section
     end = AnswerEnd(["END"], stop_loops=True)
     assert [end.feed(p) for p in ("one E", "N", "D two")] == [None, None, "stop"] and end.text == "one "
 

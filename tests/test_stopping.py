@@ -81,3 +81,11 @@ def test_what_is_not_a_loop():
     assert not LoopWatch().feed(days)
     ports = "- Port 80\n- Port 443\n- Port 8080\n"
     assert not LoopWatch().feed(ports)  # numbers that are not the list's
+
+
+def test_the_same_line_under_other_headings_is_not_a_loop_and_a_section_again_is():
+    assert not LoopWatch().feed("**Monday**\n- gym\n**Tuesday**\n- gym\n**Wednesday**\n- gym\n")  # a schedule
+    assert not LoopWatch().feed("## Costs\nNot stated in the document.\n## Risks\nNot stated in the document.\n"
+                                "## Dates\nNot stated in the document.\n")
+    assert LoopWatch().feed("**Monday**\n- gym\n**Monday**\n- gym\n")  # the same section again
+    assert LoopWatch().feed("Summary:\nThe sky is blue. The sky is blue. The sky is blue.\n")  # within one section
