@@ -76,11 +76,11 @@ class LoopWatch:
         return looped
 
     def _sentence(self, text: str, whole_line: bool) -> bool:
-        key = sentence_key(text)
         if whole_line and _WORD.search(text) and _HEADING.fullmatch(text.strip()):
             self._heading = "# " + " ".join(text.lower().split())
             self.said.append(self._heading)
             return self._cycled()
+        key = sentence_key(text)
         if not key:
             return False
         self.seen[self._heading, key] += 1
