@@ -96,6 +96,7 @@ def run(args) -> int:
         out["refine_ms"] = round(sum(refine.step_s) * 1000)
         out["refine_share_of_exact"] = round(out["refine_ms"] / max(1, out["exact_prompt_ms"]), 3)
         out["longest_chunk_ms"] = round(max(refine.step_s, default=0.0) * 1000)
+        out["chunks_ms"] = [round(s * 1000) for s in refine.step_s]  # in prompt order, stopped ones left out
         out["preempt_wait_ms"] = [round(w * 1000, 1) for w in waits]
         out["kl_after_refine"] = _kl_against_exact(engine)
         work.after_completion()
