@@ -4,7 +4,7 @@ From one capture (Get maps fits every candidate's maps from the same cached acti
 for each candidate split S in ascending order:
 - bulk-needle recall: needle items built from the shipped haystacks (the prose corpus and the filler,
   backend/evals/needles.py), only those whose asked needle lies in the approximated bulk, run exact once
-  and then at S in the model's default mode (guided; speed on gemma3) with the same items
+  and then at S in the model's default mode (guided) with the same items
   (backend/evals/recall.py);
 - the TTFT ratio, exact / RidgeFill, on one prompt at `ttft_length` tokens (one run each, the exact
   one shared by every candidate: a ratio to read to one decimal).
