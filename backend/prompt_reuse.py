@@ -5,7 +5,8 @@ entry of backend/prompt_cache.py that this request may reuse most of (its rows e
 the way this request's plan would write them: the row record's own rule) is loaded into sequence 0,
 when it gives more than what the engine holds already, and the strategy's prefix reuse takes it from
 there (`cache_n` counts it). A refused entry is removed and the prompt prefilled as if there were none,
-the reason in the timings note. `save_rows` writes sequence 0 and its row record back.
+the reason in the timings note. `save_rows` writes sequence 0 and its row record back (on a
+sliding-window model, only once every row is exact: see _windows_lost).
 
 After a state load the cells are where llama.cpp put them: each row's cell is derived from the state's
 cell order (seq_state.StateLayout.cells_after_load), never taken from the saved record, and checked
@@ -104,6 +105,8 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         return ""
     t0 = time.perf_counter()
     try:
+        if _windows_lost(engine, entry.header.get("clean_rows") == entry.header.get("n_tokens")):  # an earlier version's
+            raise EntryRefused("it holds approximated rows of a sliding-window model, whose windows it lacks")
         loaded = cache.load(entry, model_key=model_key(engine, cache), build=_build_here(engine))
         cells = loaded.layout.cells_after_load()
         rows = RowRecord.from_saved(entry.header["record"], loaded.arrays,
@@ -119,6 +122,13 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         return f"prompt cache: {exc}; prefilled the prompt instead."
     log.info("prompt cache: loaded %s rows in %.0f ms", len(rows), (time.perf_counter() - t0) * 1000)
     return ""
+
+
+def _windows_lost(engine: Engine, exact: bool) -> bool:
+    """Whether a saved state would miss what its approximated rows need: llama.cpp saves a sliding-window
+    cache's last window only, and a row decoded again (guided, refinement) needs its own window. Such a
+    prompt is saved once it is exact."""
+    return not exact and engine.info.sliding_window > 0
 
 
 def _build_here(engine: Engine) -> Build:
@@ -169,7 +179,7 @@ def _hows(facts: dict, n: int) -> list[str | None]:
 def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = None) -> Entry | None:
     """Write sequence 0 and its row record as an entry (None: too short, already saved as it is, or
     stopped by `cancel`); entries it covers are removed. OSError when the disk is full (nothing is left)."""
-    if len(engine.row_record) < MIN_SAVE_ROWS:
+    if len(engine.row_record) < MIN_SAVE_ROWS or _windows_lost(engine, engine.row_record.all_exact):
         return None
     facts, arrays = engine.row_record.saved()
     key = model_key(engine, cache)

@@ -84,12 +84,11 @@ def run(args) -> int:
     work = IdleWork(engine, cache, refine=False)
     work.after_completion()
     work.run()
-    entry = cache.entries()[0]
-    out["bytes_per_1000_tokens"] = round(entry.n_bytes / len(engine.row_record) * 1000)
+    _entry_size(out, cache, engine)  # none on a sliding-window model: saved once exact (prompt_reuse.save_rows)
 
     refine = Refinement(engine)
     why = refine.refusal()
-    if why:  # a sliding-window model (Gemma 3): saved as it is, never refined
+    if why:  # a full context, or sliding windows not kept: saved as it is, never refined
         out["refine"] = why
     else:
         waits = _refine_with_arrivals(refine)
@@ -101,6 +100,7 @@ def run(args) -> int:
         out["kl_after_refine"] = _kl_against_exact(engine)
         work.after_completion()
         work.run()  # saved again, exact
+        _entry_size(out, cache, engine)
 
     again = _chat(args, doc, QUESTIONS[1], cache_dir)
     out["reopened_ttft_ms"], out["reopened_cache_n"] = round(again["ttft_ms"]), again["cache_n"]
@@ -153,3 +153,10 @@ def _kl_against_exact(engine) -> float:
     p -= np.log(np.exp(p).sum())
     q -= np.log(np.exp(q).sum())
     return float((np.exp(p) * (p - q)).sum())
+
+
+def _entry_size(out: dict, cache, engine) -> None:
+    """The saved entry's bytes per 1,000 tokens, from the first entry saved (approximated where it was)."""
+    entries = cache.entries()
+    if entries and "bytes_per_1000_tokens" not in out:
+        out["bytes_per_1000_tokens"] = round(entries[0].n_bytes / len(engine.row_record) * 1000)
