@@ -36,7 +36,8 @@ SLIDING_WINDOW_TAIL = 512  # models with sliding-window layers (gemma3): the win
 # (architecture, n_layer, n_embd) -> measured split that keeps recall
 MEASURED_SPLITS = {
     ("llama", 30, 576): 12,  # SmolLM2-135M(-Instruct), guided mode
-    # Gemma 3 270M, guided: tune's choice, recall held at 16K (docs/MEASUREMENTS.md#gemma-3s-split-s--6-chosen-by-tune)
+    # Gemma 3 270M, guided: tune's choice; recall held at 16K and 32K
+    # (docs/MEASUREMENTS.md#gemma-3s-split-s--6-chosen-by-tune)
     ("gemma3", 18, 640): 6,
 }
 
