@@ -16,9 +16,11 @@ from typing import Callable
 
 from .errors import Preempted, RidgeFillError
 from .prompt_cache import PromptCache
-from .prompt_reuse import save_rows
+from .prompt_reuse import held_back, save_rows
 
 log = logging.getLogger(__name__)
+
+HELD_BACK_NOTE = "not saved: on this model a document is saved once it is exact (after refinement)"
 
 
 @dataclass
@@ -57,13 +59,14 @@ class IdleWork:
         self.refine = refine
         self._document: list[int] | None = None  # the tokens the work is for
         self._saved = False
+        self._held_back = False  # the last save wrote nothing: sequence 0 is saved once exact
         self._save_note = self._refine_note = ""
         self._refinement = None
 
     def after_completion(self) -> None:
         """The engine just answered a prompt it prefilled whole: save and refine what it holds."""
         self._document = self.engine.kv_tokens
-        self._saved = False
+        self._saved = self._held_back = False
         self._save_note = self._refine_note = ""
 
     def forget(self) -> None:
@@ -101,6 +104,7 @@ class IdleWork:
             self._saved = True
             return
         self._saved = entry is not None or should_stop is None or not should_stop()  # a stopped save runs again
+        self._held_back = entry is None and held_back(self.engine)
 
     def _refine_chunk(self, should_stop: Callable[[], bool] | None) -> None:
         from .ridgefill.refine import Refinement
@@ -122,10 +126,13 @@ class IdleWork:
 
     def status(self) -> DocumentStatus:
         rows = self.engine.row_record
+        held_back = self._held_back and not rows.all_exact
+        never_exact = held_back and not self._may_refine()  # nothing will make it exact, so it stays unsaved
         st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),
-                            saved=self._saved and self._document is not None,
+                            saved=self._saved and not held_back and self._document is not None,
                             saving=self.cache is not None and self.pending and not self._saved,
-                            note=" ".join(n for n in (self._save_note, self._refine_note) if n))
+                            note=" ".join(n for n in (self._save_note, self._refine_note,
+                                                      HELD_BACK_NOTE if never_exact else "") if n))
         if self.cache is not None:
             entries = self.cache.entries()
             st.cache_entries, st.cache_bytes = len(entries), sum(e.n_bytes for e in entries)

@@ -124,6 +124,11 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
     return ""
 
 
+def held_back(engine: Engine) -> bool:
+    """Whether sequence 0 is not saved as it is now, only once exact (a sliding-window model)."""
+    return _windows_lost(engine, engine.row_record.all_exact)
+
+
 def _windows_lost(engine: Engine, exact: bool) -> bool:
     """Whether a saved state would miss what its approximated rows need: llama.cpp saves a sliding-window
     cache's last window only, and a row decoded again (guided, refinement) needs its own window. Such a
@@ -179,7 +184,7 @@ def _hows(facts: dict, n: int) -> list[str | None]:
 def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = None) -> Entry | None:
     """Write sequence 0 and its row record as an entry (None: too short, already saved as it is, or
     stopped by `cancel`); entries it covers are removed. OSError when the disk is full (nothing is left)."""
-    if len(engine.row_record) < MIN_SAVE_ROWS or _windows_lost(engine, engine.row_record.all_exact):
+    if len(engine.row_record) < MIN_SAVE_ROWS or held_back(engine):
         return None
     facts, arrays = engine.row_record.saved()
     key = model_key(engine, cache)

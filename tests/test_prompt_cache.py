@@ -302,3 +302,27 @@ def test_a_sliding_window_model_saves_its_prompt_once_every_row_is_exact(tmp_pat
         assert restore(b, cache, toks, None) == "" and len(b.row_record) == len(toks)
         # rounding only: a's refined rows sit in other cells, so attention adds them in another order
         assert kl(ref, next_logits(b, toks)) < 1e-6
+
+
+def test_an_approximated_sliding_window_prompt_is_not_called_saved(tmp_path):
+    """`chat` without --refine on gemma3 writes nothing (saved once exact): the status says so, and why;
+    refined, it is saved and says so."""
+    from backend.idle_work import HELD_BACK_NOTE, IdleWork
+    from test_quality_mode import Zero
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    toks = [1] + [int(t) for t in np.random.default_rng(5).integers(3, 299, 1400)]
+    cache = PromptCache(tmp_path / "prompts")
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
+        ridgefill_prefill(e, toks, "speed", 7, TAIL, maps=Zero(7, 12))
+        work = IdleWork(e, cache, refine=False)
+        work.after_completion()
+        work.run()
+        st = work.status()
+        assert cache.entries() == [] and not st.saved and HELD_BACK_NOTE in st.note
+        work = IdleWork(e, cache)
+        work.after_completion()
+        work.run()
+        st = work.status()
+        assert len(cache.entries()) == 1 and st.saved and st.note == "" and st.exact_rows == len(toks)
