@@ -117,6 +117,7 @@ class IdleWork:
             log.debug("refinement chunk stopped for a new task")
         except RidgeFillError as exc:  # refused (a sliding-window model, a full context) or a graph surprise
             log.info("refinement stopped: %s", exc)
+            self._refinement.close()
             self._refine_note = f"refinement stopped: {exc}"
 
     def run(self, should_stop: Callable[[], bool] | None = None) -> None:

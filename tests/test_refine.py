@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.ridgefill import lower_skip, redecode
+from backend.ridgefill import lower_skip, redecode, refine_context
 from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.refine import Refinement
 from test_quality_mode import SPLIT, ZeroMaps
@@ -37,9 +37,14 @@ def test_refinement_makes_every_row_exact_and_then_matches_exact(engine, monkeyp
         return real(inner, split, stream)
 
     monkeypatch.setattr(redecode, "LowerLayersSkipped", counted)
+    monkeypatch.setattr(refine_context, "LowerLayersSkipped", counted)
+    cells_before = engine.row_record.cells(list(range(len(toks) - TAIL)))
     refine = Refinement(engine)
     assert refine.refusal() is None and not refine.done
     refine.run()
+    # the bulk rows were refined in refinement's own context and copied into their cells
+    assert engine.row_record.cells(list(range(len(toks) - TAIL))) == cells_before
+    assert refine._context is None  # closed once every row is exact
     assert refine.done and engine.row_record.approximated() == [] and engine.row_record.n_clean == len(toks)
     assert engine.row_record.with_cells() == list(range(len(toks)))  # guided can score every row again
     assert sum(skipped) == len(toks) - TAIL  # the bulk rows ran from the split on; the tail through every layer
@@ -60,6 +65,47 @@ def test_a_request_during_refinement_stops_it_at_a_chunk_boundary_and_reuses_wha
     assert cache_n == clean
     refine.run()  # and refinement goes on from the record's first unclean row
     assert refine.done
+
+
+def test_a_clean_prefix_the_own_context_lacks_is_decoded_there_again_or_refined_in_place(engine, monkeypatch):
+    """Refinement's own context lost (closed, as when a task changed the document): a short clean prefix
+    is decoded there again exactly (SEED_MAX_ROWS), a longer one refined in sequence 0's cache; either
+    way the cache comes back to exact's."""
+    import numpy as np
+
+    from backend.ridgefill.runtime import runtime
+
+    toks = induction_prompt(engine, 1300)
+    engine.prefill(toks, reuse_prefix=False)  # into an empty cache: row p in cell p
+    ref = engine.last_logits()
+    top = runtime(engine).layout.layers[engine.info.n_layer - 1]
+    exact_k = top.k_cache.rows()[: len(toks)].astype(np.float32)
+    ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
+    bulk = list(range(len(toks) - TAIL))
+
+    def k_error(rows=bulk) -> float:  # the top layer's K of bulk rows against exact's
+        return float(np.abs(top.k_cache.rows()[engine.row_record.cells(rows)] - exact_k[rows]).max())
+
+    assert k_error() > 5.0  # the control: zero maps wrote them
+    where = []
+    real = lower_skip.LowerLayersSkipped
+    for module in (redecode, refine_context):
+        monkeypatch.setattr(module, "LowerLayersSkipped",
+                            lambda inner, split, stream, m=module: where.append(m.__name__) or real(inner, split, stream))
+    refine = Refinement(engine)
+    first = refine.step()
+    assert first == refine_context.SEED_MAX_ROWS == engine.ubatch_rows
+    refine.close()
+    refine.step()  # 512 clean rows: decoded again in a new own context
+    refine.close()
+    refine.step()  # 1,024: refined in place
+    assert where == [refine_context.__name__, refine_context.__name__, redecode.__name__]
+    refine.run()
+    # every bulk row's late K is exact's, whichever way it was refined (in place: 0.11 of rounding, the
+    # cells and batches differ; a wrong prefix in the own context: 2.95)
+    assert k_error() < 0.5
+    engine.prefill(toks)
+    assert kl(ref, engine.last_logits()) < 1e-2
 
 
 def test_rows_guided_made_exact_are_decoded_again_in_order(engine):

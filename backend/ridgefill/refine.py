@@ -5,9 +5,11 @@ every row from the first unclean one to the end is decoded again, in order: the 
 rows guided made exact included. Each chunk is one run through redecode.redecode_exact, on a spare
 sequence that shares the rows before it (already exact); a chunk of rows whose stream entering the
 split a bulk pass kept runs only the layers from the split on (lower_skip), other rows (the exact tail,
-the answer) run through every layer. A chunk is a whole ubatch: 512-row chunks refined a 6,000-token
-prompt 1.9 times as fast as 64-row ones
-(docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode). A new task does not
+the answer) run through every layer. A chunk of bulk rows runs in refinement's own context
+(refine_context), where its attention spans only the rows before it, and its K/V are copied into
+sequence 0's cells; others, and any where that context cannot take over the clean prefix, run in
+sequence 0's cache. A chunk is a whole ubatch: 512-row chunks refined a 6,000-token prompt 1.9 times
+as fast as 64-row ones (docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode). A new task does not
 wait for a chunk to end: the caller's `abort` check is asked inside the decode (llama.cpp's abort
 callback), which stops within a graph node; the stopped chunk leaves nothing and is done again later.
 
@@ -25,6 +27,7 @@ from ..errors import RidgeFillError
 from .cache_layout import CellTap
 from .lower_skip import SplitStreams
 from .redecode import Run, redecode_exact
+from .refine_context import RefineContext
 from .runtime import runtime
 
 # Fewer free cells than this: too little room to decode rows again beside the old ones.
@@ -41,6 +44,7 @@ class Refinement:
     def __init__(self, engine):
         self.engine = engine
         self.step_s: list[float] = []  # each finished chunk's time (the bench reports them)
+        self._context: RefineContext | None = None  # made at the first bulk chunk, closed when all is exact
 
     @property
     def done(self) -> bool:
@@ -74,11 +78,36 @@ class Refinement:
         end = start + next((i for i, k in enumerate(kept) if k != kept[0]), limit)
         streams = SplitStreams(rt.layout, rows.stream_split, rows) if kept[0] and rt.layout else None
         t0 = time.perf_counter()
-        redecode_exact(engine, engine.kv_tokens, [Run(start, end)],
-                       cells=CellTap(rt.layout) if rt.layout else None, streams=streams, abort=abort)
+        stream = streams.rows(list(range(start, end))) if streams is not None else None
+        context = self._context_for(start, end) if stream is not None else None
+        if context is not None:
+            context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
+            engine.mark_exact(start, end, rows.cells(list(range(start, end))))  # the same cells, exact now
+        else:
+            redecode_exact(engine, engine.kv_tokens, [Run(start, end)],
+                           cells=CellTap(rt.layout) if rt.layout else None, streams=streams, abort=abort)
         engine.mark_clean(start, end)  # their history was clean: the clean prefix moves on
         self.step_s.append(time.perf_counter() - t0)
+        if self.done:
+            self.close()
         return end - start
+
+    def _context_for(self, start: int, end: int) -> RefineContext | None:
+        """Refinement's own context holding the clean prefix [0, start), where rows [start, end) have a
+        known cell to copy into; None where sequence 0's cache must do (see refine_context)."""
+        if min(self.engine.row_record.cells(list(range(start, end)))) < 0:
+            return None
+        if self._context is not None and not self._context.serves(self.engine, end):
+            self.close()
+        if self._context is None:
+            self._context = RefineContext(self.engine)
+        return self._context if self._context.hold_prefix(start) else None
+
+    def close(self) -> None:
+        """Frees refinement's own context (its cache); the next bulk chunk makes a new one."""
+        if self._context is not None:
+            self._context.close()
+            self._context = None
 
     def run(self, should_stop=None) -> int:
         """Steps until every row is exact or `should_stop()` says stop (checked between chunks only)."""

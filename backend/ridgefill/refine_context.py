@@ -1,0 +1,98 @@
+"""Refinement's own llama.cpp context, where a chunk of rows attends to the rows before it only.
+
+In sequence 0's cache a refinement chunk's attention spans every cached row, the approximated rows
+after it masked (llama.cpp sizes a batch's attention by the highest used cell, and its flash-attention
+kernel checks each masked cell for every row and head): each chunk paid for the whole document. Here a
+second context of the same model (its weights mapped again, its own cache) holds only the clean prefix:
+a chunk of bulk rows runs the layers from the split on from their kept streams (lower_skip), attends to
+the rows before it as exact's prefill does, and its K/V of those layers are then copied into sequence
+0's cells at the same positions (same tokens, same positions, same exact history: the values an exact
+decode writes there; the lower layers' K/V there are exact already). Measured:
+docs/MEASUREMENTS.md#refinement-in-its-own-context.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..engine import Engine
+from .cache_layout import CellTap, GraphLayout, LayoutRefused, discover
+from .lower_skip import LowerLayersSkipped
+
+# A clean prefix this context does not hold (the prompt's head, a follow-up's exact rows) is decoded
+# here again exactly up to this many rows, about one chunk's time; a longer one (a document reopened
+# half refined) is refined in sequence 0's cache instead.
+SEED_MAX_ROWS = 512
+
+
+class RefineContext:
+    """A second context of `engine`'s model whose sequence 0 holds `engine`'s clean prefix, upper layers."""
+
+    def __init__(self, engine):
+        self.main = engine
+        # Its sliding-window layers need only a chunk's window: no full-size window cache.
+        config = dataclasses.replace(engine.config, n_ctx=engine.n_ctx, swa_full=False)
+        self.context = Engine(config)
+        try:
+            self.layout = discover(self.context)
+        except Exception:
+            self.context.close()
+            raise
+        self.tokens: list[int] = []  # what its sequence 0 holds, from position 0
+
+    def close(self) -> None:
+        self.context.close()
+
+    def serves(self, engine, end: int) -> bool:
+        """Whether it can refine `engine`'s rows up to `end` (the same engine, room for them)."""
+        return self.main is engine and end <= self.context.n_ctx
+
+    def hold_prefix(self, start: int) -> bool:
+        """Make sequence 0 hold the main engine's rows [0, start) (dropping any after them); False when
+        it holds other rows and `start` is too long to decode again here (see SEED_MAX_ROWS)."""
+        prefix = self.main.kv_tokens[:start]
+        if len(self.tokens) >= start and self.tokens[:start] == prefix:
+            self._truncate(start)
+            return True
+        if start > SEED_MAX_ROWS:
+            return False
+        self._truncate(0)
+        step = self.context.ubatch_rows
+        for p in range(0, start, step):  # clean rows: an exact decode writes what the main cache holds
+            q = min(start, p + step)
+            self.context.decode_rows(prefix[p:q], range(p, q), [0] * (q - p))
+            self.tokens += prefix[p:q]
+        return True
+
+    def refine(self, start: int, end: int, split: int, stream: np.ndarray, main_layout: GraphLayout,
+               abort=None) -> None:
+        """Decode rows [start, end) here from their streams entering `split`, right after the prefix it
+        holds, and copy their K/V of layers split.. into the main cache's cells of those rows. `abort`:
+        asked inside the decode (Preempted, and nothing of the chunk stays on either side)."""
+        if len(self.tokens) != start:
+            raise ValueError(f"the refinement context holds {len(self.tokens)} rows, not {start}")
+        main_cells = np.asarray(self.main.row_record.cells(list(range(start, end))))
+        if len(main_cells) != end - start or main_cells.min() < 0:
+            raise ValueError(f"rows {start}..{end} have no known cell in the main cache")
+        tokens = self.main.kv_tokens[start:end]
+        tap = CellTap(self.layout)
+        skip = LowerLayersSkipped(tap, split, stream)
+        try:
+            with self.context.hooked(skip):
+                self.context.decode_rows(tokens, range(start, end), [0] * (end - start), abort=abort)
+        finally:
+            skip.restore()
+        self.tokens += tokens
+        if skip.error or not skip.written or tap.error:
+            self._truncate(start)
+            raise LayoutRefused(f"refinement context: {skip.error or tap.error or 'the split stream was not written'}")
+        for il in range(split, self.main.info.n_layer):
+            src, dst = self.layout.layers[il], main_layout.layers[il]
+            dst.k_cache.rows()[main_cells] = src.k_cache.rows()[tap.idx[src.k_index]]
+            dst.v_cache.rows()[main_cells] = src.v_cache.rows()[tap.idx[src.v_index]]
+
+    def _truncate(self, n_keep: int) -> None:
+        if len(self.tokens) > n_keep:
+            self.context.seq_remove(0, n_keep, -1)
+            del self.tokens[n_keep:]
