@@ -11,8 +11,9 @@ import ctypes
 import logging
 import os
 import time
+import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Protocol
 
 import llama_cpp
@@ -159,18 +160,23 @@ _BACKEND_READY = False
 
 
 class Engine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, model_of: "Engine | None" = None, n_seq: int = 0):
+        """An engine with its own context; `model_of`: on that engine's loaded model, `n_seq`: with
+        that many sequences instead of N_SEQ (see `sibling`)."""
         global _BACKEND_READY
         self.config = config
-        self.info: ModelInfo = read_model_info(config.model_path)  # raises ModelFileError
+        self.info: ModelInfo = model_of.info if model_of else read_model_info(config.model_path)  # raises ModelFileError
         _install_llama_log_filter()
         if not _BACKEND_READY:
             llama_cpp.llama_backend_init()
             _BACKEND_READY = True
 
+        self._owns_model = model_of is None
+        self._siblings: weakref.WeakSet[Engine] = weakref.WeakSet()  # closed before the model they use
         mparams = llama_cpp.llama_model_default_params()
         mparams.use_mmap = True
-        self._model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), mparams)
+        self._model = model_of._model if model_of else \
+            llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), mparams)
         if not self._model:
             raise ModelFileError(
                 f"llama.cpp could not load {self.info.path} ({self.info.architecture}). The file may be "
@@ -184,11 +190,12 @@ class Engine:
         self.auto_ctx = config.n_ctx == AUTO_CTX
         trained = self.info.n_ctx_train or config.n_ctx
         self.n_ctx_max = context_cap(self.info) if self.auto_ctx else min(config.n_ctx, trained)
-        self.n_seq = N_SEQ
+        self.n_seq = n_seq or N_SEQ
         # With a full-size sliding-window cache, the last sequence holds every cell sequence 0 holds:
         # llama.cpp's sliding-window cache reuses a cell outside the window only when one sequence holds
         # it, so no row's window is ever overwritten and both caches give every row the same cell.
-        self.pin_seq: int | None = N_SEQ - 1 if config.swa_full and self.info.sliding_window > 0 else None
+        self.pin_seq: int | None = (self.n_seq - 1 if config.swa_full and self.info.sliding_window > 0
+                                    and self.n_seq > 1 else None)
         self.eval_hook: EvalHook | None = None
         self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)  # keep a reference
         self._abort_cb = llama_cpp.ggml_abort_callback(self._on_abort_poll)  # keep a reference
@@ -236,8 +243,9 @@ class Engine:
         cparams.cb_eval_user_data = None
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            if not grow:
+            if not grow and self._owns_model:
                 llama_cpp.llama_model_free(self._model)
+            if not grow:
                 self._model = None
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
@@ -678,7 +686,17 @@ class Engine:
         return CompletionResult(text=text, finish_reason=finish, timings=timings, prompt_tokens=len(tokens), tokens=out)
 
     # ---- lifetime ------------------------------------------------------------------------------
+    def sibling(self, n_ctx: int, *, swa_full: bool) -> "Engine":
+        """An engine with a context and cache of its own on this engine's model (no second copy of the
+        weights), one sequence only (a sliding-window cache is sized per sequence); closed with this
+        one at the latest."""
+        other = Engine(replace(self.config, n_ctx=n_ctx, swa_full=swa_full), model_of=self, n_seq=1)
+        self._siblings.add(other)
+        return other
+
     def close(self) -> None:
+        for other in list(getattr(self, "_siblings", ())):
+            other.close()
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -686,7 +704,8 @@ class Engine:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         if getattr(self, "_model", None):
-            llama_cpp.llama_model_free(self._model)
+            if self._owns_model:
+                llama_cpp.llama_model_free(self._model)
             self._model = None
 
     def __enter__(self) -> "Engine":

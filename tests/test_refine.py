@@ -175,3 +175,19 @@ def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_
     refine.run()  # the stopped chunk is done again, and no abort check is left on the context
     engine.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2
+
+
+def test_refinements_own_context_shares_the_model_and_closes_with_the_engine(model_path):
+    """The refinement context is a sibling engine on the same loaded model (no second copy of the
+    weights), one sequence; closing the engine closes it first (the model it uses is freed after)."""
+    from backend.engine import Engine, EngineConfig
+
+    main = Engine(EngineConfig(model_path, n_ctx=1024, n_threads=2))
+    other = main.sibling(1024, swa_full=False)
+    assert other._model == main._model and other.n_seq == 1 and not other._owns_model
+    toks = main.tokenize("The sibling decodes on its own cache.")
+    other.decode_rows(toks, range(len(toks)), [0] * len(toks), logits_last=True)
+    main.prefill(toks, reuse_prefix=False)
+    assert kl(main.last_logits(), other.last_logits()) < 1e-4  # the same model, the same rows
+    main.close()
+    assert other._ctx is None and other._model is None

@@ -3,7 +3,7 @@
 In sequence 0's cache a refinement chunk's attention spans every cached row, the approximated rows
 after it masked (llama.cpp sizes a batch's attention by the highest used cell, and its flash-attention
 kernel checks each masked cell for every row and head): each chunk paid for the whole document. Here a
-second context of the same model (its weights mapped again, its own cache) holds only the clean prefix:
+second context on the same loaded model (a cache of its own) holds only the clean prefix:
 a chunk of bulk rows runs the layers from the split on from their kept streams (lower_skip), attends to
 the rows before it as exact's prefill does, and its K/V of those layers are then copied into sequence
 0's cells at the same positions (same tokens, same positions, same exact history: the values an exact
@@ -12,11 +12,8 @@ docs/MEASUREMENTS.md#refinement-in-its-own-context.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from ..engine import Engine
 from .cache_layout import CellTap, GraphLayout, LayoutRefused, discover
 from .lower_skip import LowerLayersSkipped
 
@@ -32,8 +29,7 @@ class RefineContext:
     def __init__(self, engine):
         self.main = engine
         # Its sliding-window layers need only a chunk's window: no full-size window cache.
-        config = dataclasses.replace(engine.config, n_ctx=engine.n_ctx, swa_full=False)
-        self.context = Engine(config)
+        self.context = engine.sibling(engine.n_ctx, swa_full=False)
         try:
             self.layout = discover(self.context)
         except Exception:
