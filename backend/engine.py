@@ -165,7 +165,8 @@ class Engine:
         that many sequences instead of N_SEQ (see `sibling`)."""
         global _BACKEND_READY
         self.config = config
-        self.info: ModelInfo = model_of.info if model_of else read_model_info(config.model_path)  # raises ModelFileError
+        # read_model_info raises ModelFileError
+        self.info: ModelInfo = model_of.info if model_of else read_model_info(config.model_path)
         _install_llama_log_filter()
         if not _BACKEND_READY:
             llama_cpp.llama_backend_init()

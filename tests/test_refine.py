@@ -89,9 +89,15 @@ def test_a_clean_prefix_the_own_context_lacks_is_decoded_there_again_or_refined_
     assert k_error() > 5.0  # the control: zero maps wrote them
     where = []
     real = lower_skip.LowerLayersSkipped
+
+    def counted(module):
+        def hook(inner, split, stream):
+            where.append(module.__name__)
+            return real(inner, split, stream)
+        return hook
+
     for module in (redecode, refine_context):
-        monkeypatch.setattr(module, "LowerLayersSkipped",
-                            lambda inner, split, stream, m=module: where.append(m.__name__) or real(inner, split, stream))
+        monkeypatch.setattr(module, "LowerLayersSkipped", counted(module))
     refine = Refinement(engine)
     first = refine.step()
     assert first == refine_context.SEED_MAX_ROWS == engine.ubatch_rows

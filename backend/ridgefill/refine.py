@@ -9,8 +9,8 @@ the answer) run through every layer. A chunk of bulk rows runs in refinement's o
 (refine_context), where its attention spans only the rows before it, and its K/V are copied into
 sequence 0's cells; others, and any where that context cannot take over the clean prefix, run in
 sequence 0's cache. A chunk is a whole ubatch: 512-row chunks refined a 6,000-token prompt 1.9 times
-as fast as 64-row ones (docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode). A new task does not
-wait for a chunk to end: the caller's `abort` check is asked inside the decode (llama.cpp's abort
+as fast as 64-row ones (docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode).
+A new task does not wait for a chunk to end: the caller's `abort` check is asked inside the decode (llama.cpp's abort
 callback), which stops within a graph node; the stopped chunk leaves nothing and is done again later.
 
 Refinement and guided follow-ups share the row record, each writing it only through the Engine
@@ -79,7 +79,7 @@ class Refinement:
         streams = SplitStreams(rt.layout, rows.stream_split, rows) if kept[0] and rt.layout else None
         t0 = time.perf_counter()
         stream = streams.rows(list(range(start, end))) if streams is not None else None
-        context = self._context_for(start, end) if stream is not None else None
+        context = self._context_for(start, end, abort) if stream is not None else None
         if context is not None:
             context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
             engine.mark_exact(start, end, rows.cells(list(range(start, end))))  # the same cells, exact now
@@ -92,7 +92,7 @@ class Refinement:
             self.close()
         return end - start
 
-    def _context_for(self, start: int, end: int) -> RefineContext | None:
+    def _context_for(self, start: int, end: int, abort=None) -> RefineContext | None:
         """Refinement's own context holding the clean prefix [0, start), where rows [start, end) have a
         known cell to copy into; None where sequence 0's cache must do (see refine_context)."""
         if min(self.engine.row_record.cells(list(range(start, end)))) < 0:
@@ -101,7 +101,7 @@ class Refinement:
             self.close()
         if self._context is None:
             self._context = RefineContext(self.engine)
-        return self._context if self._context.hold_prefix(start) else None
+        return self._context if self._context.hold_prefix(start, abort) else None
 
     def close(self) -> None:
         """Frees refinement's own context (its cache); the next bulk chunk makes a new one."""

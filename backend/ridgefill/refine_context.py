@@ -44,9 +44,10 @@ class RefineContext:
         """Whether it can refine `engine`'s rows up to `end` (the same engine, room for them)."""
         return self.main is engine and end <= self.context.n_ctx
 
-    def hold_prefix(self, start: int) -> bool:
+    def hold_prefix(self, start: int, abort=None) -> bool:
         """Make sequence 0 hold the main engine's rows [0, start) (dropping any after them); False when
-        it holds other rows and `start` is too long to decode again here (see SEED_MAX_ROWS)."""
+        it holds other rows and `start` is too long to decode again here (see SEED_MAX_ROWS). `abort`:
+        as in `refine`."""
         prefix = self.main.kv_tokens[:start]
         if len(self.tokens) >= start and self.tokens[:start] == prefix:
             self._truncate(start)
@@ -57,7 +58,7 @@ class RefineContext:
         step = self.context.ubatch_rows
         for p in range(0, start, step):  # clean rows: an exact decode writes what the main cache holds
             q = min(start, p + step)
-            self.context.decode_rows(prefix[p:q], range(p, q), [0] * (q - p))
+            self.context.decode_rows(prefix[p:q], range(p, q), [0] * (q - p), abort=abort)
             self.tokens += prefix[p:q]
         return True
 
