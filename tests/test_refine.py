@@ -197,3 +197,17 @@ def test_refinements_own_context_shares_the_model_and_closes_with_the_engine(mod
     assert kl(main.last_logits(), other.last_logits()) < 1e-4  # the same model, the same rows
     main.close()
     assert other._ctx is None and other._model is None
+
+
+def test_the_own_context_is_not_reused_for_a_lower_split_than_its_rows_were_refined_from(engine):
+    """A chunk refined there skipped the layers below its split: a chunk at a lower split would attend
+    to those layers' unwritten K/V, so the clean prefix is decoded there again (or refined in place)."""
+    ref, toks = speed_after_exact(engine, 1300)
+    refine = Refinement(engine)
+    refine.step()  # rows 0..511, refined in the own context from SPLIT
+    ctx = refine._context
+    assert ctx.exact_from == SPLIT and ctx.hold_prefix(512, SPLIT)  # the same split: kept as it is
+    assert ctx.hold_prefix(512, SPLIT - 2) and ctx.exact_from == 0  # a lower one: decoded again, exactly
+    refine.run()
+    engine.prefill(toks)
+    assert kl(ref, engine.last_logits()) < 1e-2

@@ -101,7 +101,8 @@ class Refinement:
             self.close()
         if self._context is None:
             self._context = RefineContext(self.engine)
-        return self._context if self._context.hold_prefix(start, abort) else None
+        split = self.engine.row_record.stream_split
+        return self._context if self._context.hold_prefix(start, split, abort) else None
 
     def close(self) -> None:
         """Frees refinement's own context (its cache); the next bulk chunk makes a new one."""

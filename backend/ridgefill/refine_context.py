@@ -36,6 +36,9 @@ class RefineContext:
             self.context.close()
             raise
         self.tokens: list[int] = []  # what its sequence 0 holds, from position 0
+        # the lowest layer whose K/V are exact for every row it holds (a refined chunk skipped the ones
+        # below its split): a chunk at a lower split would read those
+        self.exact_from = 0
 
     def close(self) -> None:
         self.context.close()
@@ -44,17 +47,18 @@ class RefineContext:
         """Whether it can refine `engine`'s rows up to `end` (the same engine, room for them)."""
         return self.main is engine and end <= self.context.n_ctx
 
-    def hold_prefix(self, start: int, abort=None) -> bool:
-        """Make sequence 0 hold the main engine's rows [0, start) (dropping any after them); False when
-        it holds other rows and `start` is too long to decode again here (see SEED_MAX_ROWS). `abort`:
-        as in `refine`."""
+    def hold_prefix(self, start: int, split: int, abort=None) -> bool:
+        """Make sequence 0 hold the main engine's rows [0, start), exact from layer `split` on (dropping
+        any after them); False when it holds other rows and `start` is too long to decode again here
+        (see SEED_MAX_ROWS). `abort`: as in `refine`."""
         prefix = self.main.kv_tokens[:start]
-        if len(self.tokens) >= start and self.tokens[:start] == prefix:
+        if len(self.tokens) >= start and self.tokens[:start] == prefix and self.exact_from <= split:
             self._truncate(start)
             return True
         if start > SEED_MAX_ROWS:
             return False
         self._truncate(0)
+        self.exact_from = 0
         step = self.context.ubatch_rows
         for p in range(0, start, step):  # clean rows: an exact decode writes what the main cache holds
             q = min(start, p + step)
@@ -67,8 +71,9 @@ class RefineContext:
         """Decode rows [start, end) here from their streams entering `split`, right after the prefix it
         holds, and copy their K/V of layers split.. into the main cache's cells of those rows. `abort`:
         asked inside the decode (Preempted, and nothing of the chunk stays on either side)."""
-        if len(self.tokens) != start:
-            raise ValueError(f"the refinement context holds {len(self.tokens)} rows, not {start}")
+        if len(self.tokens) != start or self.exact_from > split:
+            raise ValueError(f"the refinement context holds {len(self.tokens)} rows exact from layer "
+                             f"{self.exact_from}, not {start} from {split}")
         main_cells = np.asarray(self.main.row_record.cells(list(range(start, end))))
         if len(main_cells) != end - start or main_cells.min() < 0:
             raise ValueError(f"rows {start}..{end} have no known cell in the main cache")
@@ -81,9 +86,10 @@ class RefineContext:
         finally:
             skip.restore()
         self.tokens += tokens
+        self.exact_from = max(self.exact_from, split)
         if skip.error or not skip.written or tap.error:
             self._truncate(start)
-            raise LayoutRefused(f"refinement context: {skip.error or tap.error or 'the split stream was not written'}")
+            raise LayoutRefused(f"refinement context: {skip.error or tap.error or 'no split stream written'}")
         for il in range(split, self.main.info.n_layer):
             src, dst = self.layout.layers[il], main_layout.layers[il]
             dst.k_cache.rows()[main_cells] = src.k_cache.rows()[tap.idx[src.k_index]]
