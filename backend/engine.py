@@ -244,9 +244,9 @@ class Engine:
         cparams.cb_eval_user_data = None
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            if not grow and self._owns_model:
-                llama_cpp.llama_model_free(self._model)
             if not grow:
+                if self._owns_model:
+                    llama_cpp.llama_model_free(self._model)
                 self._model = None
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)

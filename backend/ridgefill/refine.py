@@ -81,8 +81,8 @@ class Refinement:
         stream = streams.rows(list(range(start, end))) if streams is not None else None
         context = self._context_for(start, end, abort) if stream is not None else None
         if context is not None:
-            context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
-            engine.mark_exact(start, end, rows.cells(list(range(start, end))))  # the same cells, exact now
+            cells = context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
+            engine.mark_exact(start, end, cells)  # the same cells, exact now
         else:
             redecode_exact(engine, engine.kv_tokens, [Run(start, end)],
                            cells=CellTap(rt.layout) if rt.layout else None, streams=streams, abort=abort)

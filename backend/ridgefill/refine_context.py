@@ -67,10 +67,11 @@ class RefineContext:
         return True
 
     def refine(self, start: int, end: int, split: int, stream: np.ndarray, main_layout: GraphLayout,
-               abort=None) -> None:
+               abort=None) -> np.ndarray:
         """Decode rows [start, end) here from their streams entering `split`, right after the prefix it
-        holds, and copy their K/V of layers split.. into the main cache's cells of those rows. `abort`:
-        asked inside the decode (Preempted, and nothing of the chunk stays on either side)."""
+        holds, and copy their K/V of layers split.. into the main cache's cells of those rows; returns
+        those cells. `abort`: asked inside the decode (Preempted, and nothing of the chunk stays on
+        either side)."""
         if len(self.tokens) != start or self.exact_from > split:
             raise ValueError(f"the refinement context holds {len(self.tokens)} rows exact from layer "
                              f"{self.exact_from}, not {start} from {split}")
@@ -94,6 +95,7 @@ class RefineContext:
             src, dst = self.layout.layers[il], main_layout.layers[il]
             dst.k_cache.rows()[main_cells] = src.k_cache.rows()[tap.idx[src.k_index]]
             dst.v_cache.rows()[main_cells] = src.v_cache.rows()[tap.idx[src.v_index]]
+        return main_cells
 
     def _truncate(self, n_keep: int) -> None:
         if len(self.tokens) > n_keep:
