@@ -4,11 +4,15 @@ Each question is one chat prompt made as the app makes it (document_messages), a
 the one "needle": the prompt rows it covers are found as the needles' are (token_spans), so the hit rate
 (evals.selection) checks those rows, and recall checks the reply for the phrase. The licence texts are
 long, hard-wrapped legal prose whose answers are ordinary words in ordinary sentences: what the needle
-haystacks do not have.
+haystacks do not have. `realqa` asks short factual questions about READMEs and FAQs of Debian packages,
+texts the embedded model can answer from; a reply is right when it holds one of the accepted forms
+(`answer_found`), the same rule for every mode.
 """
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,19 +20,31 @@ from ..documents import document_messages
 from ..protocol import CompletionRequest
 from .needles import Needle, NeedleError, NeedleItem, token_spans
 
-QUESTION_SETS = ("licences",)
+QUESTION_SETS = ("licences", "realqa")
+# depth buckets of the report: where in the prompt the answer starts
+DEPTHS = (("beginning", 1 / 3), ("middle", 2 / 3), ("end", 1.0))
 
 
 def questions_dir() -> Path:
     return Path(str(files("backend").joinpath("data", "questions")))
 
 
-def question_items(engine, name: str = "licences") -> list[NeedleItem]:
-    """One item per question of the set `name`, in file order."""
+def load_questions(name: str) -> list[dict]:
+    """The questions of the set `name`, in file order."""
     if name not in QUESTION_SETS:
         raise NeedleError(f"unknown question set {name!r}; choose from {', '.join(QUESTION_SETS)}")
+    return json.loads((questions_dir() / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def accepted(q: dict) -> list[str]:
+    """The answer phrase of the text first, then any other accepted form of it."""
+    return [q["answer"], *q.get("accept", [])]
+
+
+def question_items(engine, name: str = "licences") -> list[NeedleItem]:
+    """One item per question of the set `name`, in file order."""
     items = []
-    for i, q in enumerate(json.loads((questions_dir() / f"{name}.json").read_text(encoding="utf-8"))):
+    for i, q in enumerate(load_questions(name)):
         document = (questions_dir() / q["document"]).read_text(encoding="utf-8")
         messages = document_messages(document, q["question"])
         tokens = engine.prompt_tokens(CompletionRequest(messages=messages))
@@ -38,7 +54,7 @@ def question_items(engine, name: str = "licences") -> list[NeedleItem]:
                         asked=True)
         items.append(NeedleItem(
             id=f"{name}/{i:02d}", variant="question", length=len(tokens), depth=round(start / len(tokens), 3),
-            haystack=name, seed=0, rep=0, key=q["answer"], answers=[q["answer"]], needles=[needle],
+            haystack=name, seed=0, rep=0, key=q["answer"], answers=accepted(q), needles=[needle],
             messages=messages, max_tokens=32))
     return items
 
@@ -50,3 +66,27 @@ def answer_rows(engine, messages, tokens: list[int], answer: str, after: str | N
     if at < 0 or (after and text.find(after) < 0):
         raise NeedleError(f"the answer {answer!r} is not in the prompt")
     return token_spans(engine, text, tokens, [(at, at + len(answer))])[0]
+
+
+def _normal(text: str) -> str:
+    """Case, Unicode forms, markdown quoting and runs of white space do not count."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(re.sub(r"[`*\"\u201c\u201d]", " ", text).split())
+
+
+def answer_found(reply: str, answers: list[str]) -> bool:
+    """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB")."""
+    text = _normal(reply)
+    return any(re.search(rf"(?<!\w){re.escape(_normal(a))}(?!\w)", text) for a in answers)
+
+
+def rescored(records: list[dict]) -> list[dict]:
+    """Recall lines of question items scored by `answer_found` (recall's own scorer reads 7-digit values);
+    other lines as they are."""
+    out = []
+    for r in records:
+        if r.get("haystack") in QUESTION_SETS and "reply" in r:
+            found = [a for a in r["expected"] if answer_found(r["reply"], [a])]
+            r = {**r, "correct": bool(found), "answer": found[0] if found else None}
+        out.append(r)
+    return out

@@ -1,0 +1,61 @@
+"""The real-QA set: every answer is in its document where the question says, the set is big enough, every
+document's source and licence are recorded, and the answer rule takes whole phrases only."""
+from __future__ import annotations
+
+import re
+
+from backend.evals.document_questions import QUESTION_SETS, answer_found, load_questions, questions_dir, rescored
+
+
+def _documents(questions) -> set[str]:
+    return {q["document"] for q in questions}
+
+
+def test_every_answer_is_in_its_document_after_its_anchor():
+    for q in load_questions("realqa"):
+        text = (questions_dir() / q["document"]).read_text(encoding="utf-8")
+        after = q.get("after")
+        start = text.find(after) if after else 0
+        assert start >= 0, f"{q['document']}: the anchor {after!r} is not in the text"
+        assert text.find(q["answer"], start) >= 0, f"{q['document']}: {q['answer']!r} is not in the text"
+        assert "\n" not in q["answer"], "an answer is written on one line"
+
+
+def test_the_set_has_150_questions_over_8_documents_round_robin():
+    questions = load_questions("realqa")
+    assert "realqa" in QUESTION_SETS
+    assert len(questions) >= 150
+    docs = _documents(questions)
+    assert len(docs) >= 8
+    # round-robin: the first len(docs) questions ask every document once (a partial run holds them all)
+    assert _documents(questions[: len(docs)]) == docs
+
+
+def test_every_document_has_its_source_and_licence_recorded():
+    readme = (questions_dir() / "README.md").read_text(encoding="utf-8")
+    for doc in _documents(load_questions("realqa")):
+        row = re.search(rf"^\| {re.escape(doc)} \|([^|]+)\|([^|]+)\|([^|]+)\|$", readme, re.MULTILINE)
+        assert row is not None, f"{doc} has no row in the README's table"
+        source, licence, why = (c.strip() for c in row.groups())
+        assert "/usr/share/doc/" in source and "(" in source, f"{doc}: package, version and path"
+        assert licence and why, f"{doc}: licence and why it may be redistributed"
+
+
+def test_answer_found_takes_whole_phrases_in_any_case_and_quoting():
+    assert answer_found("It uses an 8 MiB LZMA2 dictionary.", ["8 MiB"])
+    assert not answer_found("It uses an 18 MiB dictionary.", ["8 MiB"])
+    assert answer_found("Run `ZSTD_BIN`", ["zstd_bin"])
+    assert answer_found("The default is **Release**.", ["Release"])
+    assert not answer_found("libcrypt.so.12", ["libcrypt.so.1"])
+    assert answer_found("use the  LGPL", ["GNU Lesser General", "LGPL"])
+    assert not answer_found("", ["LGPL"])
+
+
+def test_rescored_marks_question_lines_by_the_phrase_and_leaves_others():
+    lines = [{"id": "realqa/00", "haystack": "realqa", "reply": "It means nothing.", "expected": ["Nothing"],
+              "correct": False, "answer": None},
+             {"id": "n/00", "haystack": "filler", "reply": "1234567", "expected": ["1234567"], "correct": True}]
+    first, other = rescored(lines)
+    assert first["correct"] is True and first["answer"] == "Nothing"
+    assert other == lines[1]
+    assert rescored([{**lines[0], "reply": "It means something."}])[0]["correct"] is False
