@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from backend.evals.document_questions import QUESTION_SETS, answer_found, load_questions, questions_dir, rescored
+from backend.evals.document_questions import (QUESTION_SETS, accepted, answer_found, load_questions, paired_questions,
+                                             questions_dir, rescored)
 
 
 def _documents(questions) -> set[str]:
@@ -59,3 +60,25 @@ def test_rescored_marks_question_lines_by_the_phrase_and_leaves_others():
     assert first["correct"] is True and first["answer"] == "Nothing"
     assert other == lines[1]
     assert rescored([{**lines[0], "reply": "It means something."}])[0]["correct"] is False
+
+
+def _line(i: int, mode: str, reply: str) -> dict:
+    return {"kind": "recall", "id": f"realqa/{i:02d}", "mode": mode, "split": 12 if mode != "off" else None,
+            "tail": 64, "mode_run": mode, "note": None, "haystack": "realqa", "depth": 0.2 * (i + 1),
+            "expected": accepted(load_questions("realqa")[i]), "reply": reply, "correct": False}
+
+
+def test_paired_questions_counts_per_document_and_depth_and_lists_the_losses():
+    questions = load_questions("realqa")
+    right = [q["answer"] for q in questions[:3]]
+    lines = [_line(0, "off", right[0]), _line(0, "guided", "no idea"),    # exact only
+             _line(1, "off", right[1]), _line(1, "guided", right[1]),     # both
+             _line(2, "off", "no idea"), _line(2, "guided", right[2]),    # guided only
+             _line(8, "off", "no idea")]                                  # unpaired: left out
+    got = paired_questions(lines, "realqa")
+    assert got["overall"] == {"n": 3, "both": 1, "a_only": 1, "b_only": 1, "neither": 0, "p_mcnemar": 1.0}
+    assert got["document"][questions[0]["document"]]["a_only"] == 1
+    assert set(got["depth"]) == {"beginning", "middle"}  # depths 0.2, 0.4, 0.6
+    assert got["depth"]["beginning"]["a_only"] == 1 and got["depth"]["middle"]["n"] == 2
+    assert got["depth"]["middle"]["b_only"] == 1
+    assert [x["id"] for x in got["lost"]] == ["realqa/00"] and got["lost"][0]["guided"] == "no idea"

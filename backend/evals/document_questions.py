@@ -90,3 +90,38 @@ def rescored(records: list[dict]) -> list[dict]:
             r = {**r, "correct": bool(found), "answer": found[0] if found else None}
         out.append(r)
     return out
+
+
+def depth_bucket(depth: float) -> str:
+    """Where the answer starts in the prompt: its first, middle or last third."""
+    return next(name for name, top in DEPTHS if depth < top or top == DEPTHS[-1][1])
+
+
+def paired_questions(records: list[dict], name: str, mode: str = "guided") -> dict:
+    """Exact against `mode` on the question set `name`, paired by item and rescored by `answer_found`:
+    the 2x2 table and McNemar's p overall, per document and per depth bucket, and the items exact
+    answered and `mode` lost (with both replies)."""
+    from .compare import recall_records
+    from .stats import paired_table
+
+    questions = load_questions(name)
+    lines = [r for r in rescored(recall_records(records)) if r.get("haystack") == name]
+    exact = {r["id"]: r for r in lines if r["mode"] == "off"}
+    other = {r["id"]: r for r in lines if r["mode"] == mode}
+    ids = sorted(set(exact) & set(other), key=lambda i: int(i.rsplit("/", 1)[1]))
+    groups: dict[tuple[str, str], list[str]] = {}
+    for i in ids:
+        q = questions[int(i.rsplit("/", 1)[1])]
+        groups.setdefault(("document", q["document"]), []).append(i)
+        groups.setdefault(("depth", depth_bucket(exact[i]["depth"])), []).append(i)
+
+    def table(part: list[str]) -> dict:
+        return paired_table([exact[i]["correct"] for i in part], [other[i]["correct"] for i in part])
+
+    lost = [{"id": i, "question": questions[int(i.rsplit("/", 1)[1])]["question"], "answer": exact[i]["expected"][0],
+             "exact": exact[i]["reply"].strip(), mode: other[i]["reply"].strip()}
+            for i in ids if exact[i]["correct"] and not other[i]["correct"]]
+    out = {"overall": table(ids), "document": {}, "depth": {}, "lost": lost}
+    for (kind, key), part in groups.items():
+        out[kind][key] = table(part)
+    return out
