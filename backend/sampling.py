@@ -17,6 +17,10 @@ SEED_MODULUS = 0xFFFFFFFF  # llama.cpp's seeds are uint32 and 0xFFFFFFFF means "
 DRY_SEQUENCE_BREAKERS: tuple[str, ...] = ("\n", ":", "\"", "*")
 MAX_BREAKERS = 32
 MAX_BREAKER_CHARS = 40  # llama.cpp tokenizes each and caps the tokens it matches on
+# The longest penalty or DRY window: llama.cpp sizes their buffers by it (about 8 bytes a token, so 2^31 asked
+# for 16 GB); 128K is the longest context the app runs, -1 ("all of it") is the context, and 128K costs 1 MB.
+MAX_WINDOW = 131_072
+INT32_MAX = 2**31 - 1  # llama.cpp takes top_k as an int32: ctypes would silently wrap a larger one
 
 
 @dataclass(frozen=True)
@@ -114,17 +118,17 @@ def breakers_error(breakers) -> str:
 # (lowest, highest) of each field; None = unbounded. OpenAI's ranges where it has the parameter.
 RANGES: dict[str, tuple[float | None, float | None]] = {
     "temperature": (0.0, 2.0),
-    "top_k": (0, None),
+    "top_k": (0, INT32_MAX),
     "top_p": (0.0, 1.0),
     "min_p": (0.0, 1.0),
     "repeat_penalty": (0.5, 2.0),  # llama.cpp divides by it: it must stay well above 0
-    "repeat_last_n": (-1, None),
+    "repeat_last_n": (-1, MAX_WINDOW),
     "presence_penalty": (-2.0, 2.0),
     "frequency_penalty": (-2.0, 2.0),
     "dry_multiplier": (0.0, 5.0),
     "dry_base": (1.0, 4.0),  # llama.cpp turns DRY off below 1
-    "dry_allowed_length": (1, None),
-    "dry_penalty_last_n": (-1, None),
+    "dry_allowed_length": (1, MAX_WINDOW),  # a repeat longer than the window is never seen
+    "dry_penalty_last_n": (-1, MAX_WINDOW),
     "seed": (RANDOM_SEED, None),
 }
 
