@@ -68,6 +68,7 @@ class EngineProcess:
         self._state = "new"  # new | running | fatal | shut
         self._fatal: EngineFatal | None = None
         self._crash_times: list[float] = []
+        self._cut = ""  # why the child's messages could not be read, said with its death
 
     # -- lifetime --
     def start(self) -> None:
@@ -81,6 +82,10 @@ class EngineProcess:
         self._proc = self._ctx.Process(target=child_main, name="ridgefill-engine", daemon=True,
                                        args=(self.settings, self._tasks, self._events, self._cancels))
         self._proc.start()
+        # The child has its copy of the events pipe's write end now. Without the parent's, a child that dies
+        # halfway through writing a message leaves EOF behind, not a read that waits forever for the rest.
+        self._events._writer.close()  # multiprocessing's own attribute; the parent never puts events
+        self._cut = ""
         log.info("engine process %s started for %s", self._proc.pid, self.settings.model_path)
 
     def restart(self, settings: EngineSettings | None = None) -> None:
@@ -156,7 +161,16 @@ class EngineProcess:
         while len(out) < max_messages and self._events is not None:
             try:
                 msg = self._events.get_nowait()
-            except (queue.Empty, OSError, ValueError, EOFError):
+            except queue.Empty:
+                break
+            except EOFError:  # the pipe ended between two messages: the child is gone
+                self._cut_off("")
+                break
+            except OSError:  # multiprocessing's "got end of file during message": it died while writing one
+                self._cut_off("its last message was cut off")
+                break
+            except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: the pipe is out of step
+                self._cut_off(f"a message from it could not be read ({type(exc).__name__})")
                 break
             out.extend(self._accept(msg))
         proc = self._proc
@@ -188,6 +202,16 @@ class EngineProcess:
         log.warning("unknown message from the engine process: %r", msg)
         return []
 
+    def _cut_off(self, why: str) -> None:
+        """The child's messages cannot be read any more: end it, so the death below fails its tasks and restarts."""
+        proc = self._proc
+        if proc is None or self._state != "running":
+            return
+        self._cut = self._cut or why
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2)
+
     def _drain(self) -> list:
         out = []
         while True:
@@ -208,6 +232,8 @@ class EngineProcess:
                 how = f"signal {signal.Signals(-exitcode).name}"
             except ValueError:
                 how = f"signal {-exitcode}"
+        if self._cut:
+            how += f"; {self._cut}"
         message = f"The engine process stopped unexpectedly ({how})."
         log.error(message)
         self._fail_pending("EngineError", message + " The answer in progress was lost; ask again.")
