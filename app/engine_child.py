@@ -294,7 +294,7 @@ class _IdleLoop:
         except Exception:  # noqa: BLE001 - a bug in the idle work must not kill the engine
             logging.getLogger("engine").exception("idle work failed")
             self.work.forget()
-            self.work.engine.truncate_cache(0)  # rows half made exact must not be reused
+            self.work.engine.slot.truncate(0)  # rows half made exact must not be reused
         if not self.work.pending or time.monotonic() - self._sent_at >= STATUS_EVERY_S:
             self.send_status()
 

@@ -1,26 +1,53 @@
-"""One request, end to end: the Engine generates, RidgeFill's planner decides how the prompt is
-prefilled, and with a prompt cache the longest saved prefix is loaded first (backend/prompt_reuse.py).
-Everything that answers a request (the engine process, the CLI, the evals) calls this."""
+"""One request, prompt to answer, read straight through: tokens, room, plan, a saved prefix restored,
+the plan run, the answer generated. Everything that answers a request (the engine process, the CLI,
+the evals) calls `complete`.
+
+Where things are decided: the mode, split and tail in backend/ridgefill/plan.py (`plan_prefill`); the
+saved prefix in backend/prompt_reuse.py; the K/V writes and the row record in backend/slot.py.
+"""
 from __future__ import annotations
+
+import time
 
 from .engine import CancelCheck, Engine, EventSink
 from .errors import DocumentTooLongError
+from .generation import generate
 from .prompt_cache import PromptCache
 from .protocol import CompletionRequest, CompletionResult
 from .ridgefill.plan import plan_prefill
+from .sampler import SamplerChain
+from .stopping import AnswerEnd
 
 
 def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink | None = None,
              cancel: CancelCheck | None = None, prompt_cache: PromptCache | None = None) -> CompletionResult:
     """Raises DocumentTooLongError naming the models whose context would hold the prompt."""
-    planner = plan_prefill
-    if prompt_cache is not None:
-        from .prompt_reuse import with_saved_prefixes
-
-        planner = with_saved_prefixes(plan_prefill, prompt_cache)
+    t_start = time.perf_counter()
+    tokens = engine.prompt_tokens(request)
     try:
-        return engine.complete(request, planner=planner, on_event=on_event, cancel=cancel)
+        engine.make_room(len(tokens), request.max_tokens)
     except DocumentTooLongError as exc:
         from .hub.context_fit import with_advice
 
         raise with_advice(exc) from None
+    plan = plan_prefill(engine, request, len(tokens))
+    restored = ""
+    if prompt_cache is not None and request.reuse_prefix and plan.mode != "plumb":  # plumb starts at 0
+        from .prompt_reuse import restore
+
+        restored = restore(engine, prompt_cache, tokens, plan.tag)
+    report = plan.run(engine, tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
+    report.note = " ".join(n for n in (restored, report.note) if n)
+    timings = report.timings(len(tokens))
+    t_gen = time.perf_counter()
+    max_new = min(request.max_tokens, engine.n_ctx - len(tokens))
+    with SamplerChain(request.sampling, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, vocab=engine.vocab) as sampler:
+        answer = generate(engine, max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops),
+                          on_event=on_event, cancel=cancel)
+    t_end = time.perf_counter()
+    timings.ttft_ms = ((answer.first_token_at or t_end) - t_start) * 1000
+    timings.predicted_n = len(answer.tokens)
+    timings.predicted_ms = (t_end - t_gen) * 1000
+    timings.predicted_per_second = len(answer.tokens) / (t_end - t_gen) if t_end > t_gen and answer.tokens else 0.0
+    return CompletionResult(text=answer.text, finish_reason=answer.finish_reason, timings=timings,
+                            prompt_tokens=len(tokens), tokens=answer.tokens)

@@ -1,12 +1,13 @@
-"""The exact engine: one llama.cpp context, chunked prefill with progress and cancel, streaming decode.
+"""The engine: a wrapper of one llama.cpp context on a loaded model (tokens, decode, sequences, state).
 
-One Engine owns one context and must be used from one thread (a llama context is not thread-safe).
+One Engine owns one context and must be used from one thread (a llama context is not thread-safe). Its
+sequence 0, the conversation, is written only through its slot (backend/slot.py); a request goes
+through backend/completion.py.
 The context is built with an eval callback (`cb_eval`) installed from the start; it asks for no node
 until RidgeFill sets `eval_hook`, so exact runs pay nothing for it.
 """
 from __future__ import annotations
 
-import codecs
 import ctypes
 import logging
 import os
@@ -20,33 +21,17 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from .errors import Cancelled, DocumentTooLongError, EngineError, ModelFileError, Preempted
+from .errors import DocumentTooLongError, EngineError, ModelFileError, Preempted
 from .model_file import ModelInfo, read_model_info
-from .protocol import (
-    AUTO_CTX,
-    DEFAULT_N_CTX,
-    ChatMessage,
-    CompletionRequest,
-    CompletionResult,
-    ProgressEvent,
-    Timings,
-    TokenEvent,
-)
-from .row_record import RowRecord
+from .protocol import AUTO_CTX, DEFAULT_N_CTX, ChatMessage, CompletionRequest
 from .sampler import SamplerChain
-from .stopping import AnswerEnd
+from .slot import Slot
 
 log = logging.getLogger(__name__)
 
 GGML_TYPE_F16 = 1
 EventSink = Callable[[object], None]
 CancelCheck = Callable[[], bool]
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64)
-    z -= z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
 class EvalHook(Protocol):
@@ -98,44 +83,6 @@ def context_cap(info: ModelInfo) -> int:
     if ram:
         cap = min(cap, max(min(cap, DEFAULT_N_CTX), int(ram * KV_RAM_SHARE) // kv_bytes_per_token(info)))
     return cap
-
-
-@dataclass
-class PrefillReport:
-    """What a prefill did; the engine copies it into the request's Timings."""
-
-    mode: str = "off"  # the mode that ran: "off" when RidgeFill was refused
-    split: int | None = None
-    tail: int | None = None
-    bulk_n: int = 0  # rows that took the RidgeFill path
-    exact_n: int = 0  # bulk rows made exact again through every layer (quality, guided)
-    cache_n: int = 0
-    prompt_ms: float = 0.0
-    breakdown_ms: dict = field(default_factory=dict)  # RidgeFill's phases (lower, predict, write, ..., tail)
-    note: str = ""  # why the requested mode did not run as asked, if it did not
-    warnings: list[str] = field(default_factory=list)
-
-
-class PrefillStrategy(Protocol):
-    """A decided way to prefill one request (see backend/ridgefill/plan.py for the deciding)."""
-
-    def run(self, engine: "Engine", tokens: list[int], *, reuse_prefix: bool, on_event: "EventSink | None",
-            cancel: "CancelCheck | None") -> PrefillReport: ...
-
-
-# (engine, request, prompt length) -> the strategy for this request
-Planner = Callable[["Engine", CompletionRequest, int], PrefillStrategy]
-
-
-@dataclass
-class ExactPrefill:
-    """The exact model, chunk by chunk; `note` says why a RidgeFill request came here, if it did."""
-
-    note: str = ""
-
-    def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
-        cache_n, ms = engine.prefill(tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
-        return PrefillReport(mode="off", cache_n=cache_n, prompt_ms=ms, note=self.note)
 
 
 def _install_llama_log_filter() -> None:
@@ -206,9 +153,10 @@ class Engine:
         self._ctx = None
         self._make_context(min(CTX_STEP, self.n_ctx_max) if self.auto_ctx else self.n_ctx_max)
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
-        # RidgeFill's per-engine state (backend/ridgefill/runtime.py makes it and is its only writer);
-        # the engine never reads it, so it need not import RidgeFill.
-        self.ridgefill_runtime: object | None = None
+        # RidgeFill's state for this engine (it outlives a grown context): read it typed through
+        # backend/ridgefill/runtime.runtime(), which makes it and is its only writer. Not imported here:
+        # ridgefill's map fitting makes engines, and backend has no import cycles.
+        self.ridgefill: object | None = None
 
         template = self.info.chat_template
         self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
@@ -251,66 +199,9 @@ class Engine:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens (out of memory?).")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
-        # What sequence 0's cells hold, row by row (exact or approximated, and how): written only by
-        # this class (decode, truncate_cache and the record's section below); read it as `row_record`.
-        self._rows = RowRecord()
+        # Sequence 0 and the record of its rows: a new context starts with an empty one.
+        self.slot = Slot(self)
         self.context_generation += 1
-
-    # ---- the row record (backend/row_record.py) -------------------------------------------------
-    @property
-    def row_record(self) -> RowRecord:
-        """What each row of sequence 0 holds: read it here, change it only through the methods below."""
-        return self._rows
-
-    @property
-    def kv_tokens(self) -> list[int]:
-        return self._rows.tokens
-
-    def mark_exact(self, start: int, end: int, cells=None) -> None:
-        """Rows [start, end) of sequence 0 now hold K/V computed through every layer (in `cells`,
-        where the caller knows them)."""
-        self._rows.mark_exact(start, end, cells)
-
-    def mark_clean(self, start: int, end: int) -> None:
-        """Rows [start, end) were decoded again exactly with every row before them clean (refine.py)."""
-        self._rows.mark_clean(start, end)
-
-    def record_cells(self, start: int, cells) -> None:
-        """Rows start.. of sequence 0 were written to `cells` (as the decode's cell-index input said)."""
-        self._rows.record_cells(start, cells)
-
-    def keep_split_streams(self, split: int, start: int, h: np.ndarray) -> None:
-        """Rows start.. were computed below `split` by a RidgeFill bulk pass; `h` their streams entering it."""
-        self._rows.keep_split_streams(split, start, h)
-
-    # ---- sequence 0's state, as llama.cpp saves it (the prompt cache on disk) --------------------
-    @property
-    def llama_cpp_version(self) -> str:
-        """The llama-cpp-python build whose state format state_bytes writes."""
-        return llama_cpp.__version__
-
-    def state_bytes(self) -> bytearray:
-        """Sequence 0's cells as llama.cpp saves them (llama_state_seq_get_data; see backend/seq_state.py)."""
-        n = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
-        buf = bytearray(n)
-        if llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf), n, 0) != n:
-            raise EngineError("llama.cpp could not copy sequence 0's state")
-        return buf
-
-    def load_state(self, state: bytearray, rows: RowRecord) -> None:
-        """Sequence 0 becomes `state` (state_bytes of this model, maybe in another process) and `rows` its
-        record. EngineError, with the cache left empty, when llama.cpp refuses it or it holds another
-        number of rows than the record."""
-        self.truncate_cache(0)
-        n = len(state)
-        read = llama_cpp.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(state), n, 0)
-        held = llama_cpp.llama_memory_seq_pos_max(self._mem, 0) + 1
-        self._pin(0, held)
-        if read != n or held != len(rows):
-            self.truncate_cache(0)
-            raise EngineError(f"llama.cpp took {read:,} of the state's {n:,} bytes, holding {held:,} rows "
-                              f"for a record of {len(rows):,}")
-        self._rows = rows
 
     # ---- eval callback -------------------------------------------------------------------------
     @contextmanager
@@ -406,23 +297,55 @@ class Engine:
                 raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens), no_memory=True) from None
 
     # ---- low level -----------------------------------------------------------------------------
-    def decode(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False,
-               approx_tag: str | None = None) -> None:
-        """One llama_decode of up to n_batch tokens on sequence 0, right after what is cached, and the
-        record of it: exact rows, or rows approximated under `approx_tag`."""
-        if start_pos != len(self._rows):
-            raise ValueError(f"sequence 0 holds {len(self._rows)} rows; cannot decode at {start_pos}")
+    # ---- sequence 0's K/V: only backend/slot.py calls these (tests/test_state_writers.py) --------------
+    def decode_seq0(self, tokens: list[int], start: int, *, logits_last: bool, logits_all: bool = False) -> None:
+        """One llama_decode of rows start.. on sequence 0 (the slot records them)."""
         n = len(tokens)
-        self.decode_rows(tokens, range(start_pos, start_pos + n), [0] * n, logits_last=logits_last,
-                         logits_all=logits_all)
-        self._pin(start_pos, start_pos + n)
-        self._rows.append(tokens, approx_tag)
+        self._decode(tokens, range(start, start + n), [0] * n, logits_last=logits_last, logits_all=logits_all)
 
-    def _pin(self, p0: int, p1: int) -> None:
+    def pin(self, p0: int, p1: int) -> None:
         """The pin sequence (see __init__) takes sequence 0's cells at positions [p0, p1)."""
         if self.pin_seq is not None:
             llama_cpp.llama_memory_seq_cp(self._mem, 0, self.pin_seq, p0, p1)
 
+    def seq0_truncate(self, n_keep: int) -> int:
+        """Drop sequence 0's K/V from position n_keep on (every sequence's, when that is 0); the rows kept."""
+        if n_keep > 0 and not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            n_keep = 0
+        if n_keep > 0 and self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, n_keep, -1)
+        if n_keep <= 0:
+            llama_cpp.llama_memory_clear(self._mem, True)
+        return max(0, n_keep)
+
+    def seq_remove_seq0(self, p0: int, p1: int) -> None:
+        """Sequence 0 (and its pin) let go of its cells at positions [p0, p1)."""
+        self._seq_rm(0, p0, p1)
+        if self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, p0, p1)
+
+    def seq_copy_to_seq0(self, src: int, p0: int, p1: int) -> None:
+        """Sequence 0 (and its pin) take sequence `src`'s cells at positions [p0, p1)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, src, 0, p0, p1)
+        self.pin(p0, p1)
+
+    def seq0_state(self) -> bytearray:
+        """Sequence 0's cells as llama.cpp saves them (llama_state_seq_get_data; see backend/seq_state.py)."""
+        n = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buf = bytearray(n)
+        if llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf), n, 0) != n:
+            raise EngineError("llama.cpp could not copy sequence 0's state")
+        return buf
+
+    def seq0_set_state(self, state: bytearray) -> tuple[int, int]:
+        """llama.cpp reads `state` into the empty sequence 0: (bytes it took, rows it holds)."""
+        n = len(state)
+        read = llama_cpp.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(state), n, 0)
+        held = llama_cpp.llama_memory_seq_pos_max(self._mem, 0) + 1
+        self.pin(0, held)
+        return read, held
+
+    # ---- other sequences -----------------------------------------------------------------------
     @property
     def ubatch_rows(self) -> int:
         """The most rows llama.cpp computes in one graph: what an eval hook sees at once (a decode of more
@@ -431,6 +354,13 @@ class Engine:
 
     def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
                     logits_all: bool = False, abort: CancelCheck | None = None) -> None:
+        """Rows onto the spare sequences (never sequence 0: that is the slot's), as `_decode`."""
+        if 0 in seqs and self.n_seq > 1:
+            raise ValueError("sequence 0 is written through the engine's slot (backend/slot.py)")
+        self._decode(tokens, positions, seqs, logits_last=logits_last, logits_all=logits_all, abort=abort)
+
+    def _decode(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
+                logits_all: bool = False, abort: CancelCheck | None = None) -> None:
         """One llama_decode of rows with their own positions and sequences; logits for every row
         (logits_all) or the last one (logits_last), else none. With `abort`, llama.cpp asks it between
         graph nodes and stops once it says so: Preempted, and llama.cpp takes the batch's rows off
@@ -488,16 +418,6 @@ class Engine:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
-    def truncate_cache(self, n_keep: int) -> None:
-        """Drop cached KV from position n_keep on."""
-        if n_keep > 0 and not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
-            n_keep = 0
-        if n_keep > 0 and self.pin_seq is not None:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, n_keep, -1)
-        if n_keep <= 0:
-            llama_cpp.llama_memory_clear(self._mem, True)
-        self._rows.truncate(max(0, n_keep))
-
     @contextmanager
     def scratch(self) -> Iterator["Engine"]:
         """A block that uses the context for its own rows (a capture, an eval item, a discovery decode):
@@ -505,21 +425,24 @@ class Engine:
         try:
             yield self
         finally:
-            self.truncate_cache(0)
+            self.slot.truncate(0)
 
     def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
-        """Let sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+        """Let spare sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
         if dst == 0:
-            self._pin(p0, p1)
+            raise ValueError("sequence 0 takes cells through the engine's slot (backend/slot.py)")
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
     def seq_remove(self, seq: int, p0: int, p1: int) -> None:
-        """Take sequence `seq` off its cells at positions [p0, p1) (-1, -1: all); a cell no sequence
+        """Take spare sequence `seq` off its cells at positions [p0, p1) (-1, -1: all); a cell no sequence
         holds is free."""
+        if seq == 0 and self.n_seq > 1:
+            raise ValueError("sequence 0 lets go of cells through the engine's slot (backend/slot.py)")
+        self._seq_rm(seq, p0, p1)
+
+    def _seq_rm(self, seq: int, p0: int, p1: int) -> None:
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
             raise EngineError(f"llama.cpp could not remove positions {p0}..{p1} of sequence {seq}")
-        if seq == 0 and self.pin_seq is not None:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.pin_seq, p0, p1)
 
     @property
     def spare_sequences(self) -> range:
@@ -531,160 +454,19 @@ class Engine:
         for s in self.spare_sequences:
             self.seq_remove(s, -1, -1)
 
-    def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
-        """Leading `tokens` already cached that a request may reuse (see row_record.RowRecord)."""
-        return self._rows.reusable_prefix(tokens, accept_tag)
+    @property
+    def llama_cpp_version(self) -> str:
+        """The llama-cpp-python build whose state format the slot's state_bytes writes."""
+        return llama_cpp.__version__
 
-    # ---- prefill and decode --------------------------------------------------------------------
-    def prefill(
-        self,
-        tokens: list[int],
-        *,
-        reuse_prefix: bool = True,
-        on_event: EventSink | None = None,
-        cancel: CancelCheck | None = None,
-    ) -> tuple[int, float]:
-        """Exact chunked prefill. Returns (cache_n, prompt_ms). Leaves the last token's logits ready.
+    @property
+    def vocab(self):
+        """llama.cpp's vocabulary handle (the sampler chain is built on it)."""
+        return self._vocab
 
-        Raises Cancelled between chunks; the chunks already done stay cached for the next request."""
-        cache_n = self.reusable_prefix(tokens) if reuse_prefix else 0
-        self.truncate_cache(cache_n)
-        t0 = time.perf_counter()
-        self.prefill_chunks(tokens, cache_n, chunk_n=self.config.n_batch, t0=t0, on_event=on_event, cancel=cancel)
-        return cache_n, (time.perf_counter() - t0) * 1000
-
-    def prefill_chunks(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
-                       on_event: EventSink | None = None, cancel: CancelCheck | None = None,
-                       stage: str = "prefill") -> None:
-        """Decode tokens[pos:] exactly, chunk by chunk, onto the cache; the last token's logits are
-        left ready. Progress after each chunk (elapsed since t0); Cancelled between chunks."""
-        while pos < len(tokens):
-            if cancel is not None and cancel():
-                raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
-            chunk = tokens[pos : pos + chunk_n]
-            self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
-            pos += len(chunk)
-            if on_event is not None:
-                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage=stage))
-
-    def token_logprobs(self, tokens: list[int], last_n: int, *, prefill=None, cancel: CancelCheck | None = None) -> np.ndarray:
-        """log p(token | everything before it) for each of the last `last_n` tokens (the exact model
-        unless `prefill(tokens_head, cancel=...)` is given to run the head another way).
-
-        The head tokens[:-last_n] is prefilled without reuse, on an empty cache; the scored tokens run
-        exact with logits for every row. The cache is empty afterwards (scratch): no request reuses them."""
-        if not 0 < last_n < len(tokens):
-            raise ValueError("last_n must be between 1 and len(tokens) - 1")
-        head = tokens[:-last_n]
-        self.make_room(len(tokens), 1)
-        with self.scratch():
-            self.truncate_cache(0)  # whatever the cache held, the head starts at position 0
-            if prefill is None:
-                self.prefill(head, reuse_prefix=False, cancel=cancel)
-            else:
-                prefill(head, cancel=cancel)
-            return self._score_after_head(tokens[-last_n:], len(head), cancel)
-
-    def _score_after_head(self, scored: list[int], pos: int, cancel: CancelCheck | None) -> np.ndarray:
-        """log p of each `scored` token, the head (`pos` rows) cached and its last logits ready."""
-        last_n = len(scored)
-        out = np.empty(last_n, dtype=np.float64)
-        out[0] = _log_softmax(self.last_logits())[scored[0]]
-        n_batch, done = self.config.n_batch, 1
-        while done < last_n:  # feed scored[:-1]; row i predicts scored[i + 1]
-            if cancel is not None and cancel():
-                raise Cancelled("scoring cancelled")
-            chunk = scored[done - 1 : min(done - 1 + n_batch, last_n - 1)]
-            self.decode(chunk, pos, logits_last=True, logits_all=True)
-            lp = _log_softmax(self.row_logits(len(chunk)))
-            out[done : done + len(chunk)] = lp[np.arange(len(chunk)), scored[done : done + len(chunk)]]
-            pos += len(chunk)
-            done += len(chunk)
-        return out
-
-    def generate(
-        self,
-        max_tokens: int,
-        *,
-        sampler: SamplerChain,
-        end: AnswerEnd | None = None,
-        on_event: EventSink | None = None,
-        cancel: CancelCheck | None = None,
-    ) -> tuple[list[int], str, str, float | None]:
-        """Decode after a prefill, each token drawn by `sampler` (llama.cpp's chain) from the last row's
-        logits; `end` may stop the answer early (a stop string, a loop). Returns (tokens, text,
-        finish_reason, first_token_time)."""
-        end = end or AnswerEnd()
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        out: list[int] = []
-        first_token_at = None
-        finish, ended = "length", False
-        for _ in range(max_tokens):
-            if cancel is not None and cancel():
-                finish = "cancelled"
-                break
-            tok = sampler.sample(self._ctx)
-            if first_token_at is None:
-                first_token_at = time.perf_counter()
-            if self.is_end_of_generation(tok):
-                finish = "stop"
-                break
-            out.append(tok)
-            piece = decoder.decode(self.token_bytes(tok))
-            if on_event is not None:
-                on_event(TokenEvent(tok, piece))
-            reason = end.feed(piece)
-            if reason is not None:
-                finish, ended = reason, True
-                break
-            if len(self._rows) >= self.n_ctx:
-                break
-            self.decode([tok], len(self._rows), logits_last=True)
-        if not ended:
-            end.feed(decoder.decode(b"", final=True))
-        return out, end.text, finish, first_token_at
-
-    def complete(
-        self,
-        request: CompletionRequest,
-        *,
-        planner: Planner | None = None,
-        on_event: EventSink | None = None,
-        cancel: CancelCheck | None = None,
-    ) -> CompletionResult:
-        """Prefill the request's prompt the way `planner` decides (exact without one) and generate the
-        answer. RidgeFill modes need RidgeFill's planner: `backend.completion.complete` passes it."""
-        t_start = time.perf_counter()
-        tokens = self.prompt_tokens(request)
-        self.make_room(len(tokens), request.max_tokens)
-        if planner is None:
-            if request.mode != "off":
-                raise ValueError(f"mode {request.mode!r} needs a planner (use backend.completion.complete)")
-            strategy: PrefillStrategy = ExactPrefill()
-        else:
-            strategy = planner(self, request, len(tokens))
-        rep = strategy.run(self, tokens, reuse_prefix=request.reuse_prefix, on_event=on_event, cancel=cancel)
-        timings = Timings(mode=rep.mode)
-        if rep.mode != "off":
-            timings.split, timings.tail, timings.bulk_n, timings.exact_n = rep.split, rep.tail, rep.bulk_n, rep.exact_n
-            timings.breakdown_ms = dict(rep.breakdown_ms)
-        timings.note = " ".join([rep.note] + [f"maps warning: {w}" for w in rep.warnings]).strip()
-        timings.cache_n = rep.cache_n
-        timings.prompt_n = len(tokens) - rep.cache_n
-        timings.prompt_ms = rep.prompt_ms
-        timings.prompt_per_second = timings.prompt_n / (rep.prompt_ms / 1000) if rep.prompt_ms > 0 else 0.0
-        t_gen = time.perf_counter()
-        max_new = min(request.max_tokens, self.n_ctx - len(tokens))
-        with SamplerChain(request.sampling, n_vocab=self.n_vocab, n_ctx=self.n_ctx, vocab=self._vocab) as sampler:
-            out, text, finish, first_at = self.generate(
-                max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops),
-                on_event=on_event, cancel=cancel)
-        t_end = time.perf_counter()
-        timings.ttft_ms = ((first_at or t_end) - t_start) * 1000
-        timings.predicted_n = len(out)
-        timings.predicted_ms = (t_end - t_gen) * 1000
-        timings.predicted_per_second = len(out) / (t_end - t_gen) if t_end > t_gen and out else 0.0
-        return CompletionResult(text=text, finish_reason=finish, timings=timings, prompt_tokens=len(tokens), tokens=out)
+    def sample(self, sampler: SamplerChain) -> int:
+        """A token drawn by `sampler` (llama.cpp's chain) from the last decoded row's logits."""
+        return sampler.sample(self._ctx)
 
     # ---- lifetime ------------------------------------------------------------------------------
     def sibling(self, n_ctx: int, *, swa_full: bool) -> "Engine":

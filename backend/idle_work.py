@@ -65,7 +65,7 @@ class IdleWork:
 
     def after_completion(self) -> None:
         """The engine just answered a prompt it prefilled whole: save and refine what it holds."""
-        self._document = self.engine.kv_tokens
+        self._document = self.engine.slot.tokens
         self._saved = self._held_back = False
         self._save_note = self._refine_note = ""
 
@@ -75,12 +75,12 @@ class IdleWork:
 
     @property
     def pending(self) -> bool:
-        if self._document is None or self.engine.kv_tokens != self._document:
+        if self._document is None or self.engine.slot.tokens != self._document:
             return False
         return (not self._saved and self.cache is not None) or self._may_refine()
 
     def _may_refine(self) -> bool:
-        return self.refine and not self._refine_note and not self.engine.row_record.all_exact
+        return self.refine and not self._refine_note and not self.engine.slot.record.all_exact
 
     def step(self, should_stop: Callable[[], bool] | None = None) -> bool:
         """One piece of the work; False when there was none. `should_stop` is asked between pieces of
@@ -91,7 +91,7 @@ class IdleWork:
             self._save(should_stop)
             return True
         self._refine_chunk(should_stop)
-        if self.engine.row_record.all_exact:
+        if self.engine.slot.record.all_exact:
             self._saved = False  # save it again, exact
         return True
 
@@ -126,7 +126,7 @@ class IdleWork:
             pass
 
     def status(self) -> DocumentStatus:
-        rows = self.engine.row_record
+        rows = self.engine.slot.record
         held_back = self._held_back and not rows.all_exact
         never_exact = held_back and not self._may_refine()  # nothing will make it exact, so it stays unsaved
         st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),

@@ -1,10 +1,9 @@
 """A request starts from the longest saved prefix of its prompt; the engine's sequence 0 is saved back.
 
-`with_saved_prefixes(planner, cache)` wraps every strategy the planner decides: before it runs, the
-entry of backend/prompt_cache.py that this request may reuse most of (its rows exact, or approximated
-the way this request's plan would write them: the row record's own rule) is loaded into sequence 0,
-when it gives more than what the engine holds already, and the strategy's prefix reuse takes it from
-there (`cache_n` counts it). A refused entry is removed and the prompt prefilled as if there were none,
+Before a request's plan runs (backend/completion.py), `restore` loads into sequence 0 the entry of
+backend/prompt_cache.py that this request may reuse most of (its rows exact, or approximated the way
+this request's plan would write them: the row record's own rule), when it gives more than what the
+engine holds already, and the plan's prefix reuse takes it from there (`cache_n` counts it). A refused entry is removed and the prompt prefilled as if there were none,
 the reason in the timings note. `save_rows` writes sequence 0 and its row record back (on a
 sliding-window model, only once every row is exact: see _windows_lost).
 
@@ -18,18 +17,14 @@ import json
 import logging
 import os
 import time
-import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from .engine import CancelCheck, Engine, EventSink, Planner, PrefillReport, PrefillStrategy
+from .engine import CancelCheck, Engine
 from .errors import EngineError
 from .row_record import RowRecord
 from .prompt_cache import Build, Entry, EntryRefused, PromptCache
-from .protocol import CompletionRequest
 from .seq_state import MARK_BYTES, read_layout
 
 log = logging.getLogger(__name__)
@@ -85,7 +80,7 @@ def _saved_rows(entry: Entry) -> RowRecord:
 
 def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> tuple[Entry | None, int]:
     """The entry this request may reuse the most rows of, and how many, if more than the engine holds."""
-    best, most = None, engine.reusable_prefix(tokens, accept_tag)
+    best, most = None, engine.slot.reusable_prefix(tokens, accept_tag)
     for entry in cache.entries(model_key(engine, cache)):
         if entry.header.get("n_tokens", 0) > engine.n_ctx:
             continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
@@ -111,12 +106,12 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         cells = loaded.layout.cells_after_load()
         rows = RowRecord.from_saved(entry.header["record"], loaded.arrays,
                                      cells if cells is not None else np.full(loaded.layout.n_rows, -1))
-        engine.load_state(loaded.state, rows)
+        engine.slot.load_state(loaded.state, rows)
         why = _cells_disagree(engine, loaded, cells, rows)
         if why:
             raise EntryRefused(why)
     except (EntryRefused, ValueError, EngineError) as exc:
-        engine.truncate_cache(0)
+        engine.slot.truncate(0)
         cache.remove(entry)
         log.warning("prompt cache entry %s refused: %s", entry.folder.name, exc)
         return f"prompt cache: {exc}; prefilled the prompt instead."
@@ -126,7 +121,7 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
 
 def held_back(engine: Engine) -> bool:
     """Whether sequence 0 is not saved as it is now, only once exact (a sliding-window model)."""
-    return _windows_lost(engine, engine.row_record.all_exact)
+    return _windows_lost(engine, engine.slot.record.all_exact)
 
 
 def _windows_lost(engine: Engine, exact: bool) -> bool:
@@ -138,19 +133,16 @@ def _windows_lost(engine: Engine, exact: bool) -> bool:
 
 def _build_here(engine: Engine) -> Build:
     """This build's identity: its version and the mark its states begin with (read once per engine)."""
-    mark = _MARKS.get(engine)
-    if mark is None:
-        mark = _MARKS[engine] = bytes(engine.state_bytes()[:MARK_BYTES]).hex()
-    return Build(engine.llama_cpp_version, mark)
-
-
-_MARKS: "weakref.WeakKeyDictionary[Engine, str]" = weakref.WeakKeyDictionary()
+    slot = engine.slot
+    if slot.state_mark is None:
+        slot.state_mark = bytes(slot.state_bytes()[:MARK_BYTES]).hex()
+    return Build(engine.llama_cpp_version, slot.state_mark)
 
 
 def _cells_disagree(engine: Engine, loaded, cells, rows: RowRecord) -> str:
     """Why the derived cells are not where the state put the rows ("" when they are, or nothing reads
     them yet: rows all exact and RidgeFill not set up, or RidgeFill off for this model)."""
-    if cells is None or (not rows.approximated() and engine.ridgefill_runtime is None):
+    if cells is None or (not rows.approximated() and engine.ridgefill is None):
         return ""  # nothing reads them yet (no approximated row to score or skip below the split)
     from .ridgefill.runtime import runtime
 
@@ -184,15 +176,15 @@ def _hows(facts: dict, n: int) -> list[str | None]:
 def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = None) -> Entry | None:
     """Write sequence 0 and its row record as an entry (None: too short, already saved as it is, or
     stopped by `cancel`); entries it covers are removed. OSError when the disk is full (nothing is left)."""
-    if len(engine.row_record) < MIN_SAVE_ROWS or held_back(engine):
+    if len(engine.slot.record) < MIN_SAVE_ROWS or held_back(engine):
         return None
-    facts, arrays = engine.row_record.saved()
+    facts, arrays = engine.slot.record.saved()
     key = model_key(engine, cache)
     older = cache.entries(key)
     for e in older:
         if e.header["record"] == facts:
             return None  # the same rows, the same way
-    state = engine.state_bytes()
+    state = engine.slot.state_bytes()
     entry = cache.save(model_key=key, model_name=engine.info.name, build=build_of(engine, state), state=state,
                        facts=facts, arrays=arrays, cancel=cancel)
     if entry is not None:
@@ -200,27 +192,3 @@ def save_rows(engine: Engine, cache: PromptCache, cancel: CancelCheck | None = N
             if e.folder != entry.folder and covers(facts, e.header["record"]):
                 cache.remove(e)
     return entry
-
-
-@dataclass
-class FromSavedPrefix:
-    """A strategy run after the saved prefix it may reuse most of is loaded (see the module doc)."""
-
-    inner: PrefillStrategy
-    cache: PromptCache
-
-    def run(self, engine: Engine, tokens: list[int], *, reuse_prefix: bool, on_event: EventSink | None,
-            cancel: CancelCheck | None) -> PrefillReport:
-        note = ""
-        if reuse_prefix and getattr(self.inner, "mode", "") != "plumb":  # plumb prefills from 0 anyway
-            note = restore(engine, self.cache, tokens, getattr(self.inner, "tag", None))
-        report = self.inner.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
-        report.note = " ".join(n for n in (note, report.note) if n)
-        return report
-
-
-def with_saved_prefixes(planner: Planner, cache: PromptCache) -> Callable[[Engine, CompletionRequest, int], FromSavedPrefix]:
-    def plan(engine: Engine, request: CompletionRequest, n_tokens: int) -> FromSavedPrefix:
-        return FromSavedPrefix(planner(engine, request, n_tokens), cache)
-
-    return plan

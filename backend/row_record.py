@@ -1,8 +1,8 @@
 """The row record: what each row of sequence 0 in the KV cache holds, the one record of it (the K/V
-themselves are in llama.cpp's cache, written by llama_decode or backend/ridgefill/kv_writer.py).
+themselves are in llama.cpp's cache).
 
-The Engine keeps it and is its only writer (backend/engine.py: its decode, truncate_cache, mark_exact,
-record_cells and keep_split_streams); everyone else reads it through `Engine.row_record`.
+The engine's slot keeps it and is its only writer, together with the K/V (backend/slot.py); everyone
+else reads it as `engine.slot.record`.
 
 Each row is a token and how its K/V were written: exactly (through every layer), or approximated by
 RidgeFill under a tag that names the split and maps that wrote it. Prefix reuse reads this record,
@@ -145,7 +145,7 @@ class RowRecord:
             rows._has_stream[kept] = True
         return rows
 
-    # ---- writing (only the Engine calls these) ---------------------------------------------------
+    # ---- writing (only backend/slot.py calls these) ---------------------------------------------------
     def append(self, tokens: list[int], tag: str | None = None) -> None:
         if tag is None and self._n_clean == len(self._tokens):
             self._n_clean += len(tokens)

@@ -6,6 +6,7 @@ import pytest
 from backend.hub.catalogue import load_catalogue
 from backend.hub.context_fit import advice, models_that_hold
 from backend.hub.settings import HubSettings
+from backend.evals.nll import token_logprobs
 
 
 def test_only_models_whose_context_holds_the_prompt_are_named_installed_first(tmp_path):
@@ -79,7 +80,7 @@ def test_the_evaluations_own_prefills_grow_an_automatic_context_too(tmp_path):
         assert rec["bulk"] and rec["hits"] and e.n_ctx > CTX_STEP
         tokens = e.prompt_tokens(item.request())
     with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
-        assert len(e.token_logprobs(tokens, 4)) == 4 and e.n_ctx > CTX_STEP
+        assert len(token_logprobs(e, tokens, 4)) == 4 and e.n_ctx > CTX_STEP
 
 
 def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(monkeypatch):

@@ -4,6 +4,8 @@ import pytest
 from backend.errors import Cancelled, DocumentTooLongError
 from backend.protocol import ChatMessage, CompletionRequest, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY
+from backend.completion import complete
+from backend.evals.nll import token_logprobs
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 
@@ -28,7 +30,7 @@ def test_chat_uses_the_models_template(small_engine):
 
 def test_streaming_tokens_and_timings(small_engine):
     events = []
-    result = small_engine.complete(ask("Count from one to five.", max_tokens=12, reuse_prefix=False),
+    result = complete(small_engine, ask("Count from one to five.", max_tokens=12, reuse_prefix=False),
                                    on_event=events.append)
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     assert len(tokens) == result.timings.predicted_n == len(result.tokens) > 0
@@ -42,7 +44,7 @@ def test_streaming_tokens_and_timings(small_engine):
 
 def test_chunked_prefill_reports_progress_per_chunk(small_engine):
     events = []
-    result = small_engine.complete(ask(FILLER * 12, max_tokens=1, reuse_prefix=False), on_event=events.append)
+    result = complete(small_engine, ask(FILLER * 12, max_tokens=1, reuse_prefix=False), on_event=events.append)
     progress = [e for e in events if isinstance(e, ProgressEvent)]
     n_chunks = -(-result.prompt_tokens // small_engine.config.n_batch)
     assert len(progress) == n_chunks >= 2
@@ -51,19 +53,19 @@ def test_chunked_prefill_reports_progress_per_chunk(small_engine):
 
 
 def test_greedy_answers_are_reproducible(small_engine):
-    a = small_engine.complete(ask("Name a colour.", max_tokens=8, reuse_prefix=False))
-    b = small_engine.complete(ask("Name a colour.", max_tokens=8, reuse_prefix=False))
+    a = complete(small_engine, ask("Name a colour.", max_tokens=8, reuse_prefix=False))
+    b = complete(small_engine, ask("Name a colour.", max_tokens=8, reuse_prefix=False))
     assert a.tokens == b.tokens
 
 
 def test_prefix_is_reused_across_turns(small_engine):
-    first = small_engine.complete(ask(FILLER * 4 + "What colour is the sky?", max_tokens=8))
+    first = complete(small_engine, ask(FILLER * 4 + "What colour is the sky?", max_tokens=8))
     follow = CompletionRequest(
         messages=[ChatMessage("user", FILLER * 4 + "What colour is the sky?"),
                   ChatMessage("assistant", first.text), ChatMessage("user", "And the grass?")],
         max_tokens=8,
     )
-    second = small_engine.complete(follow)
+    second = complete(small_engine, follow)
     assert second.timings.cache_n > first.prompt_tokens * 0.9
     assert second.timings.prompt_n == second.prompt_tokens - second.timings.cache_n
 
@@ -72,10 +74,10 @@ def test_reused_prefix_gives_the_same_logits(small_engine):
     import numpy as np
 
     tokens = small_engine.tokenize(FILLER * 6 + "What colour is the sun?")
-    small_engine.prefill(tokens, reuse_prefix=False)
+    small_engine.slot.prefill(tokens, reuse_prefix=False)
     fresh = small_engine.last_logits()
-    small_engine.truncate_cache(len(tokens) - 20)  # as if a later turn shared all but 20 tokens
-    cache_n, _ = small_engine.prefill(tokens, reuse_prefix=True)
+    small_engine.slot.truncate(len(tokens) - 20)  # as if a later turn shared all but 20 tokens
+    cache_n, _ = small_engine.slot.prefill(tokens, reuse_prefix=True)
     reused = small_engine.last_logits()
     assert cache_n == len(tokens) - 20
     assert reused.argmax() == fresh.argmax()
@@ -86,15 +88,15 @@ def test_cancel_between_chunks_keeps_done_work(small_engine):
     req = ask(FILLER * 40 + "Question?", max_tokens=4, reuse_prefix=False)
     seen = []
     with pytest.raises(Cancelled):
-        small_engine.complete(req, on_event=seen.append, cancel=lambda: len(seen) >= 2)
-    assert len(small_engine.kv_tokens) == 2 * small_engine.config.n_batch
-    again = small_engine.complete(CompletionRequest(**{**req.__dict__, "reuse_prefix": True}))
+        complete(small_engine, req, on_event=seen.append, cancel=lambda: len(seen) >= 2)
+    assert len(small_engine.slot.tokens) == 2 * small_engine.config.n_batch
+    again = complete(small_engine, CompletionRequest(**{**req.__dict__, "reuse_prefix": True}))
     assert again.timings.cache_n == 2 * small_engine.config.n_batch
 
 
 def test_too_long_prompt_is_refused_with_numbers(small_engine):
     with pytest.raises(DocumentTooLongError) as info:
-        small_engine.complete(ask(FILLER * 150, max_tokens=64))
+        complete(small_engine, ask(FILLER * 150, max_tokens=64))
     err = info.value
     assert err.prompt_tokens > err.limit == small_engine.n_ctx == 2048
     assert f"{err.prompt_tokens:,}" in str(err)
@@ -102,8 +104,8 @@ def test_too_long_prompt_is_refused_with_numbers(small_engine):
 
 def test_token_logprobs_match_between_chunkings(small_engine):
     tokens = small_engine.tokenize(FILLER * 20)
-    long = small_engine.token_logprobs(tokens, 300)
-    short = small_engine.token_logprobs(tokens, 40)
+    long = token_logprobs(small_engine, tokens, 300)
+    short = token_logprobs(small_engine, tokens, 40)
     assert long.shape == (300,) and (long <= 0).all()
     assert abs(long[-40:].sum() - short.sum()) < 0.05 * abs(short.sum()) + 0.5
 
@@ -124,14 +126,14 @@ def test_eval_callback_can_observe_nodes(small_engine):
 
     small_engine.eval_hook = Hook()
     try:
-        small_engine.complete(ask("Hi", max_tokens=1, reuse_prefix=False))
+        complete(small_engine, ask("Hi", max_tokens=1, reuse_prefix=False))
     finally:
         small_engine.eval_hook = None
     assert "l_out-0" in names and "l_out-28" in names
 
 
 def test_greedy_answer_contains_the_expected_word(small_engine):
-    result = small_engine.complete(ask("Remember this: the passkey is 5820417.\nWhat is the passkey? "
+    result = complete(small_engine, ask("Remember this: the passkey is 5820417.\nWhat is the passkey? "
                                        "Answer with the number only.", max_tokens=16, sampling=GREEDY))
     assert "5820417" in result.text
     assert result.finish_reason in ("stop", "length")

@@ -53,7 +53,7 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
         t_tune = time.perf_counter() - t0 - t_maps
 
         toks = engine.tokenize(" ".join(corpus_texts()))[:1600]
-        engine.truncate_cache(0)
+        engine.slot.truncate(0)
         out = complete(engine, CompletionRequest(prompt=engine.detokenize(toks), max_tokens=2, sampling=GREEDY,
                                                  mode="speed", split=12))
         t = out.timings

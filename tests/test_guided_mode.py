@@ -92,29 +92,29 @@ def test_the_contrast_prompt_asks_its_own_question_in_the_same_frame(engine):
 def _state(engine):
     mem = llama_cpp.llama_get_memory(engine._ctx)
     return [(llama_cpp.llama_memory_seq_pos_min(mem, s), llama_cpp.llama_memory_seq_pos_max(mem, s))
-            for s in range(engine.n_seq)], engine.kv_tokens, engine.row_record.approximated()
+            for s in range(engine.n_seq)], engine.slot.tokens, engine.slot.record.approximated()
 
 
 def test_the_probe_leaves_the_cache_as_it_found_it(engine):
     toks = induction_prompt(engine, 2000)
     bulk = len(toks) - TAIL
-    engine.prefill(toks[:bulk], reuse_prefix=False)
-    engine.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
+    engine.slot.prefill(toks[:bulk], reuse_prefix=False)
+    engine.slot.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
     ref = engine.last_logits()
     before = _state(engine)
     streams = probe_streams(engine, toks, [5, 9], window=32)
     assert set(streams) == {5, 9} and streams[5].shape == (32, engine.info.n_embd)
     assert _state(engine) == before  # every sequence's positions, the record of every row
     # the cells are free again and hold what they held: the next rows decode as if no probe had run
-    engine.truncate_cache(bulk)
-    engine.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
+    engine.slot.truncate(bulk)
+    engine.slot.decode(toks[bulk : bulk + 1], bulk, logits_last=True)
     assert kl(ref, engine.last_logits()) < 1e-9
 
 
 def exact_then_every_row_guided(engine, toks):
     """(exact's last logits, the bulk row count, the report of guided with a budget covering every bulk
     row) for `toks`."""
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     bulk = len(toks) - TAIL
     rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
@@ -128,7 +128,7 @@ def test_guided_with_every_bulk_row_selected_equals_off(engine):
     assert full.mode == "guided" and full.exact_n == full.bulk_n == bulk, full.note
     assert {"probe", "score", "exact_rows"} <= set(full.breakdown_ms)
     assert seq_range(engine, 0) == (0, len(toks) - 1) and others_empty(engine)
-    assert engine.row_record.approximated() == []
+    assert engine.slot.record.approximated() == []
     assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance (see test_ridgefill_injection)
     few = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())  # the default budget
     assert 0 < few.exact_n < bulk // 4
@@ -155,7 +155,7 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
                                                             add_special=False)
     maps = ZeroMaps()  # one instance: prefix reuse compares the maps that wrote the rows
     rep1 = ridgefill_prefill(engine, first, "guided", SPLIT, TAIL, maps=maps)
-    exact_after_first = set(range(len(first) - TAIL)) - set(engine.row_record.approximated())
+    exact_after_first = set(range(len(first) - TAIL)) - set(engine.slot.record.approximated())
     assert rep1.exact_n == len(exact_after_first) > 0
     # the same question again on the same cache: what it points to is exact already (rows made exact
     # are scored too and fill the budget), so little or nothing is decoded again
@@ -163,8 +163,8 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
     print(f"first question: {rep1.exact_n} rows made exact; the same again: {again.exact_n}")
     assert again.cache_n == len(first) and again.exact_n < rep1.exact_n // 2
     # a follow-up about another fact (after the answer) re-decodes rows, none of them exact before
-    engine.truncate_cache(len(first))
-    exact_before = set(range(len(first) - TAIL)) - set(engine.row_record.approximated())
+    engine.slot.truncate(len(first))
+    exact_before = set(range(len(first) - TAIL)) - set(engine.slot.record.approximated())
     follow = first + engine.tokenize("4729185.\n\nThanks. What is the locker code for the blue gate? ",
                                      add_special=False)
     skips.clear()
@@ -172,11 +172,11 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
     assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
     # its rows skip the layers below the split: the row record kept the first prefill's split streams
     assert skips and all(skips)
-    newly = set(range(len(first) - TAIL)) - set(engine.row_record.approximated()) - exact_before
+    newly = set(range(len(first) - TAIL)) - set(engine.slot.record.approximated()) - exact_before
     assert len(newly) == rep2.exact_n
     gate_at = 300 + len(owl) + 800
     code = set(range(gate_at + len(gate) - 9, gate_at + len(gate) - 2))  # "1122334." after the key
-    assert code & set(engine.row_record.approximated()) == set()  # the asked value's rows are exact now
+    assert code & set(engine.slot.record.approximated()) == set()  # the asked value's rows are exact now
     assert code & newly  # and the follow-up made them so
 
 
@@ -201,7 +201,7 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
         p = GuidedParams()
         assert hits[key]["hit"] and 0 < hits[key]["rows"] <= p.budget + p.back + p.forward + 1  # the last place whole
     assert recs[0]["best_rank"]["W32|L7|max|bulk+window|p5|f-|k0"] < recs[0]["best_rank"]["W32|L2|max|bulk+window|p5|f-|k0"]
-    assert engine.row_record.approximated() == [] and others_empty(engine)
+    assert engine.slot.record.approximated() == [] and others_empty(engine)
     # a second run reads the file instead of measuring again
     monkeypatch.setattr(selection, "item_hits", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-ran")))
     assert selection.run_hit_rate(engine, [bulk_item, tail_item], 12, 256, out, grid=grid) == recs
@@ -219,7 +219,7 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
     eng = Engine(EngineConfig(model_path, n_ctx=4096, n_batch=2048, n_ubatch=2048))  # one batch: both runs
     try:
         toks = induction_prompt(eng, 2000)
-        eng.prefill(toks, reuse_prefix=False)  # a fresh cache: row p in cell p
+        eng.slot.prefill(toks, reuse_prefix=False)  # a fresh cache: row p in cell p
         ref = eng.last_logits()
         bulk = len(toks) - TAIL
         second = list(range(704, bulk))
@@ -227,7 +227,7 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
         exact_keys = late.rows()[second].astype(np.float32)
 
         def second_run_error():
-            keys = late.rows()[eng.row_record.cells(second)].astype(np.float32)
+            keys = late.rows()[eng.slot.record.cells(second)].astype(np.float32)
             return float(np.linalg.norm(keys - exact_keys) / np.linalg.norm(exact_keys))
 
         decodes = []
@@ -236,7 +236,7 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
                             lambda *a, **k: decodes.append((a[1][0], len(a[0]))) or decode_rows(*a, **k))
         monkeypatch.setattr(guided, "guided_runs", lambda *a, **k: [Run(0, 700), Run(704, bulk)])
         rep = ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
-        assert rep.exact_n == bulk - 4 and eng.row_record.approximated() == [700, 701, 702, 703]
+        assert rep.exact_n == bulk - 4 and eng.slot.record.approximated() == [700, 701, 702, 703]
         assert (0, bulk - 4) in decodes and (0, 700) not in decodes  # both runs in one llama_decode
         one_batch = second_run_error()
         assert kl(ref, eng.last_logits()) < 1e-2  # plumb's tolerance
@@ -276,7 +276,7 @@ def test_a_cancelled_bulk_pass_keeps_only_rows_whose_late_layers_are_written(eng
         with pytest.raises(Cancelled):
             ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=maps, on_event=events.append,
                               cancel=lambda: len(events) >= chunks_done)
-        assert len(engine.row_record) == kept and others_empty(engine)
+        assert len(engine.slot.record) == kept and others_empty(engine)
     rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=maps, reuse_prefix=True)
     assert rep.cache_n == 1024 and rep.bulk_n == len(toks) - TAIL - 1024  # the written rows are reused
 
@@ -289,8 +289,8 @@ def test_rows_made_exact_on_an_engine_whose_ubatch_is_smaller_than_its_batch(mod
     eng = Engine(EngineConfig(model_path, n_ctx=2560, n_batch=1024, n_ubatch=256))
     try:
         ref, bulk, rep = exact_then_every_row_guided(eng, induction_prompt(eng, 2030))
-        assert rep.exact_n == rep.bulk_n == bulk and eng.row_record.approximated() == [], rep.note
-        cells = eng.row_record.cells(list(range(bulk)))
+        assert rep.exact_n == rep.bulk_n == bulk and eng.slot.record.approximated() == [], rep.note
+        cells = eng.slot.record.cells(list(range(bulk)))
         assert min(cells) >= 0 and len(set(cells)) == bulk  # every row's own cell is known
         assert kl(ref, eng.last_logits()) < 1e-2
     finally:
@@ -313,7 +313,7 @@ def test_rows_made_exact_skip_the_lower_layers_and_give_the_graph_its_ops_back(e
     assert all(0 < len(r) <= engine.ubatch_rows for r in runs)
     rows = [p for r in runs for p in range(r.start, r.end)]
     layers = runtime(engine).layout.layers
-    engine.prefill(toks, reuse_prefix=False)  # a fresh cache: row p in cell p
+    engine.slot.prefill(toks, reuse_prefix=False)  # a fresh cache: row p in cell p
     ref = engine.last_logits()
     exact = {il: layers[il].k_cache.rows()[rows].astype(np.float32) for il in (5, 25)}
 
@@ -328,12 +328,12 @@ def test_rows_made_exact_skip_the_lower_layers_and_give_the_graph_its_ops_back(e
 
     monkeypatch.setattr(redecode, "LowerLayersSkipped", Recorded)
     monkeypatch.setattr(guided, "guided_runs", lambda *a, **k: runs)
-    engine.truncate_cache(0)  # cleared to zeros: the new cells hold no old keys
+    engine.slot.truncate(0)  # cleared to zeros: the new cells hold no old keys
     rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())
     assert rep.exact_n == len(rows) and len(skips) == len(runs)
     assert all(written and error is None and parked >= 10 * SPLIT and given_back
                for written, error, parked, given_back in skips)
-    cells = engine.row_record.cells(rows)
+    cells = engine.slot.record.cells(rows)
     errors = {il: float(np.linalg.norm(layers[il].k_cache.rows()[cells].astype(np.float32) - k) / np.linalg.norm(k))
               for il, k in exact.items()}
     # measured: 0.000 at layer 5 (the bulk pass's own keys: decoded again, 0.008 from the batch size

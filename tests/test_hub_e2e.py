@@ -83,7 +83,7 @@ try:  # Engine.complete does not know the modes yet: the injection path, if it e
 except ImportError as exc:
     print('SKIP', exc)
     sys.exit(0)
-eng.truncate_cache(0)
+eng.slot.truncate(0)
 rep = ridgefill_prefill(eng, toks, 'speed', {split}, 512)
 print('RAN', rep.mode, rep.bulk_n, 'NOTE', rep.note)
 """

@@ -33,13 +33,13 @@ def test_idle_work_saves_then_refines_then_saves_the_exact_rows(engine, tmp_path
     assert status.line() == f"document {len(toks):,} tokens, exact" and status.saved and status.cache_entries == 1
     (entry,) = cache.entries()  # the exact one replaced the first
     assert entry.header["exact_rows"] == entry.header["clean_rows"] == len(toks)
-    engine.truncate_cache(10)
+    engine.slot.truncate(10)
     assert not work.pending  # the rows it was for are gone
 
 
 def test_after_a_prefill_stopped_midway_the_status_says_no_save_is_coming(engine, tmp_path):
     toks = induction_prompt(engine, 400)
-    engine.prefill(toks, reuse_prefix=False)  # exact rows, as a cancelled exact prefill leaves them
+    engine.slot.prefill(toks, reuse_prefix=False)  # exact rows, as a cancelled exact prefill leaves them
     work = IdleWork(engine, PromptCache(tmp_path / "prompts"))
     work.after_completion()
     assert work.status().line().endswith(", exact, saving")  # the control: a save is due

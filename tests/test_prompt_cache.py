@@ -47,8 +47,8 @@ MAPS = ZeroMaps()  # one instance: its tag (which names it) is the same for the 
 
 def next_logits(engine, toks):
     """The last token decoded again after the rows before it: the next-token logits."""
-    engine.truncate_cache(len(toks) - 1)
-    engine.decode(toks[-1:], len(toks) - 1, logits_last=True)
+    engine.slot.truncate(len(toks) - 1)
+    engine.slot.decode(toks[-1:], len(toks) - 1, logits_last=True)
     return engine.last_logits()
 
 
@@ -60,7 +60,7 @@ def saved(engines, tmp_path_factory):
     toks = induction_prompt(a, N_DOC)
     rep = ridgefill_prefill(a, toks, "speed", SPLIT, TAIL, maps=MAPS)
     assert rep.mode == "speed" and rep.bulk_n > 0, rep.note
-    facts, arrays = a.row_record.saved()
+    facts, arrays = a.slot.record.saved()
     entry = save_rows(a, PromptCache(tmp_path_factory.mktemp("pristine")))
     assert entry is not None and entry.header["exact_rows"] == len(toks) - rep.bulk_n
     return toks, facts["approximated"][0][2], entry.folder, (facts, arrays), next_logits(a, toks)
@@ -84,15 +84,15 @@ def test_save_then_load_in_a_new_engine_gives_the_same_next_token_logits(engines
     toks, tag, _, (facts_a, arrays_a), ref = saved
     copy_of(saved, cache)
     assert 0 < cache.entries()[0].header["exact_rows"] < len(toks)
-    b.truncate_cache(0)
+    b.slot.truncate(0)
     assert restore(b, cache, toks, tag) == ""
-    facts_b, arrays_b = b.row_record.saved()
+    facts_b, arrays_b = b.slot.record.saved()
     assert facts_b == facts_a  # tokens, approximated runs, clean rows, split
     np.testing.assert_array_equal(arrays_b["streams"], arrays_a["streams"])
-    assert b.row_record.with_cells() == list(range(len(toks)))  # every cell re-derived from the state
+    assert b.slot.record.with_cells() == list(range(len(toks)))  # every cell re-derived from the state
     assert kl(ref, next_logits(b, toks)) < 1e-9
-    b.truncate_cache(0)
-    assert restore(b, cache, toks, None) == "" and len(b.row_record) == 0  # exact requests reuse no approximated row
+    b.slot.truncate(0)
+    assert restore(b, cache, toks, None) == "" and len(b.slot.record) == 0  # exact requests reuse no approximated row
     restore(b, cache, toks, tag)
     assert save_rows(b, cache) is None  # the same rows, the same way: nothing new to write
 
@@ -106,7 +106,7 @@ def test_a_request_reuses_the_longest_saved_prefix_and_cache_n_counts_it(engines
     short = CompletionRequest(prompt=doc[: len(doc) // 2], max_tokens=1)  # a shorter prefix, saved too
     complete(a, short, prompt_cache=cache)
     save_rows(a, cache)
-    b.truncate_cache(0)
+    b.slot.truncate(0)
     second = CompletionRequest(prompt=doc + "\n\nQ: where?", max_tokens=4)
     res = complete(b, second, prompt_cache=cache)
     n_doc = len(b.tokenize(doc))
@@ -152,10 +152,10 @@ def test_a_bad_entry_is_refused_the_prompt_prefilled_and_the_entry_removed(engin
     folder = copy_of(saved, cache)
     spoil, reason = BAD_ENTRIES[bad]
     spoil(folder, monkeypatch) if bad == "cells disagree" else spoil(folder)
-    b.truncate_cache(0)
+    b.slot.truncate(0)
     note = restore(b, cache, toks, tag)
     assert reason in note and "prefilled the prompt instead" in note
-    assert len(b.row_record) == 0 and not folder.exists() and cache.entries() == []
+    assert len(b.slot.record) == 0 and not folder.exists() and cache.entries() == []
     assert not _left(cache)  # nothing left, hidden or not
 
 
@@ -167,7 +167,7 @@ def test_a_refused_entry_leaves_the_request_exact_and_its_reason_in_the_note(eng
     save_rows(a, cache)
     folder = _entry_folder(cache)
     (folder / STATE).write_bytes((folder / STATE).read_bytes()[:100])
-    b.truncate_cache(0)
+    b.slot.truncate(0)
     got = complete(b, req, prompt_cache=cache)
     assert "prompt cache: the saved state is damaged" in got.timings.note
     assert got.timings.cache_n == 0 and got.tokens == want.tokens
@@ -233,7 +233,7 @@ def test_cache_list_json_and_clear(engines, cache, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     (e,) = out["entries"]
     assert set(e) == {"files", "model", "tokens", "exact_rows", "bytes", "last_used"}
-    assert e["tokens"] == len(a.row_record) == e["exact_rows"] and all(Path(f).exists() for f in e["files"])
+    assert e["tokens"] == len(a.slot.record) == e["exact_rows"] and all(Path(f).exists() for f in e["files"])
     assert e["bytes"] == sum(Path(f).stat().st_size for f in e["files"])
     assert run_cli(["cache", "clear"]) == 0
     assert cache.entries() == []
@@ -292,14 +292,14 @@ def test_a_sliding_window_model_saves_its_prompt_once_every_row_is_exact(tmp_pat
         with monkeypatch.context() as m:
             m.setattr(reuse, "_windows_lost", lambda engine, exact: False)
             assert save_rows(a, cache) is not None
-        tag = a.row_record.saved()[0]["approximated"][0][2]
+        tag = a.slot.record.saved()[0]["approximated"][0][2]
         note = restore(b, cache, toks, tag)
         assert "sliding-window" in note and "prefilled the prompt instead" in note
-        assert len(b.row_record) == 0 and cache.entries() == []
+        assert len(b.slot.record) == 0 and cache.entries() == []
         Refinement(a).run()
         assert save_rows(a, cache) is not None
         ref = next_logits(a, toks)
-        assert restore(b, cache, toks, None) == "" and len(b.row_record) == len(toks)
+        assert restore(b, cache, toks, None) == "" and len(b.slot.record) == len(toks)
         # rounding only: a's refined rows sit in other cells, so attention adds them in another order
         assert kl(ref, next_logits(b, toks)) < 1e-6
 

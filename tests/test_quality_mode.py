@@ -15,6 +15,7 @@ from backend.ridgefill.plan import ridgefill_prefill
 from backend.ridgefill.runtime import runtime
 from backend.ridgefill.quality_rows import NUMBER_LEAD, NUMBER_TRAIL, select_runs, token_score
 from backend.ridgefill.redecode import Run, batches
+from backend.completion import complete
 from test_ridgefill_injection import engine, induction_prompt, kl  # noqa: F401 - the module's engine fixture
 
 SPLIT, TAIL = 18, 512
@@ -72,7 +73,7 @@ def test_runs_are_batched_by_rows_and_sequences():
 
 def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(engine):
     toks = induction_prompt(engine, 2030)
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
 
     speed = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
@@ -88,7 +89,7 @@ def test_quality_with_every_row_selected_is_exact_and_the_zero_map_speed_is_not(
     print(f"KL vs off: speed with zero maps {kl_speed:.3f}, quality with every row exact {kl_full:.2e}")
     assert kl_speed > 0.5 and kl_full < 1e-2  # the same tolerance as plumb (see test_ridgefill_injection)
     # the next request on this cache decodes normally
-    res = engine.complete(CompletionRequest(prompt="Hello", max_tokens=3))
+    res = complete(engine, CompletionRequest(prompt="Hello", max_tokens=3))
     assert res.timings.prompt_n > 0 and res.finish_reason in ("stop", "length")
 
 
@@ -100,7 +101,7 @@ def test_quality_makes_the_selected_rows_exact_and_leaves_the_rest_approximated(
     owl = engine.tokenize("\n\nThe special magic number for owl is 4729185.\n\n", add_special=False)
     base = induction_prompt(engine, 2000)
     toks = base[:600] + owl + base[600:900] + owl + base[900:1900]
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     lay = runtime(engine).layout
 
     def k19():
@@ -163,7 +164,7 @@ def test_quality_on_tiny_models(tmp_path, arch, n_layer, split):
     path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", arch, n_layer=n_layer)
     toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1600)]
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
-        e.prefill(toks, reuse_prefix=False)
+        e.slot.prefill(toks, reuse_prefix=False)
         ref = e.last_logits()
         rep = ridgefill_prefill(e, toks, "quality", split, TAIL, maps=Ident(split, n_layer), share=1.0)
         assert rep.mode == "quality" and rep.exact_n == rep.bulk_n == len(toks) - TAIL, rep.note
@@ -194,7 +195,7 @@ def test_guided_on_a_sliding_window_model_leaves_the_sequences_as_it_found_them(
         for n in (len(more),):
             assert seq_range(e, 0) == seq_range(e, e.pin_seq) == (0, n - 1)
         assert all(seq_range(e, s)[1] == -1 for s in e.spare_sequences)
-        cells = np.asarray(e.row_record.cells(list(range(len(more)))))
+        cells = np.asarray(e.slot.record.cells(list(range(len(more)))))
         known = cells[cells >= 0]  # the exact tails' cells are not recorded
         assert len(set(known.tolist())) == len(known) >= len(more) - 2 * 64  # a cell of its own for each row
 
@@ -233,10 +234,10 @@ def test_a_row_decoded_again_deep_in_a_long_prompt_sees_its_window(tmp_path):
     with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as e:
         params = GuidedParams(peaks=1, also_peaks=0, head=1200, budget=16, contrast=False)
         rep = ridgefill_prefill(e, toks, "guided", split, tail, maps=Zero(split, 12), guided=params)
-        approx = set(e.row_record.approximated(0, len(toks)))
+        approx = set(e.slot.record.approximated(0, len(toks)))
         redone = [p for p in range(params.head, len(toks) - tail) if p not in approx]
         assert rep.exact_n == len(redone) > 0, rep.note
         assert min(redone) < len(toks) - tail - 2 * 64  # its window lies where the bulk pass wrote nothing
-        k = runtime(e).layout.layers[split + 1].k_cache.rows()[np.asarray(e.row_record.cells(redone))]
+        k = runtime(e).layout.layers[split + 1].k_cache.rows()[np.asarray(e.slot.record.cells(redone))]
         err = np.abs(k.astype(np.float32) - exact_k[redone]).max() / np.abs(exact_k[redone]).max()
         assert err < 1e-2, err

@@ -19,10 +19,10 @@ TAIL = 64
 def speed_after_exact(engine, n_doc: int):
     """(exact's last logits, the prompt) with the prompt then prefilled in speed mode on zero maps."""
     toks = induction_prompt(engine, n_doc)
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     rep = ridgefill_prefill(engine, toks, "speed", SPLIT, TAIL, maps=ZeroMaps())
-    assert rep.mode == "speed" and engine.row_record.approximated(), rep.note
+    assert rep.mode == "speed" and engine.slot.record.approximated(), rep.note
     assert kl(ref, engine.last_logits()) > 0.1  # the control: the approximated rows show
     return ref, toks
 
@@ -38,18 +38,18 @@ def test_refinement_makes_every_row_exact_and_then_matches_exact(engine, monkeyp
 
     monkeypatch.setattr(redecode, "LowerLayersSkipped", counted)
     monkeypatch.setattr(refine_context, "LowerLayersSkipped", counted)
-    cells_before = engine.row_record.cells(list(range(len(toks) - TAIL)))
+    cells_before = engine.slot.record.cells(list(range(len(toks) - TAIL)))
     refine = Refinement(engine)
     assert refine.refusal() is None and not refine.done
     refine.run()
     # the bulk rows were refined in refinement's own context and copied into their cells
-    assert engine.row_record.cells(list(range(len(toks) - TAIL))) == cells_before
+    assert engine.slot.record.cells(list(range(len(toks) - TAIL))) == cells_before
     assert refine._context is None  # closed once every row is exact
-    assert refine.done and engine.row_record.approximated() == [] and engine.row_record.n_clean == len(toks)
-    assert engine.row_record.with_cells() == list(range(len(toks)))  # guided can score every row again
+    assert refine.done and engine.slot.record.approximated() == [] and engine.slot.record.n_clean == len(toks)
+    assert engine.slot.record.with_cells() == list(range(len(toks)))  # guided can score every row again
     assert sum(skipped) == len(toks) - TAIL  # the bulk rows ran from the split on; the tail through every layer
     assert max(refine.step_s) > 0 and len(refine.step_s) > 2
-    cache_n, _ = engine.prefill(toks)  # a request now reuses every row, as an exact one
+    cache_n, _ = engine.slot.prefill(toks)  # a request now reuses every row, as an exact one
     assert cache_n == len(toks) - 1
     assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance (see test_ridgefill_injection)
 
@@ -58,10 +58,10 @@ def test_a_request_during_refinement_stops_it_at_a_chunk_boundary_and_reuses_wha
     _, toks = speed_after_exact(engine, 1300)
     refine = Refinement(engine)
     stopped = refine.run(should_stop=lambda: len(refine.step_s) >= 2)  # "a task arrived" after two chunks
-    assert len(refine.step_s) == 2 and 0 < stopped == engine.row_record.n_clean < len(toks) and not refine.done
-    clean = engine.row_record.n_clean
+    assert len(refine.step_s) == 2 and 0 < stopped == engine.slot.record.n_clean < len(toks) and not refine.done
+    clean = engine.slot.record.n_clean
     # the new request (an exact question about the first part) reuses the rows made exact so far
-    cache_n, _ = engine.prefill(toks[: clean + 40])
+    cache_n, _ = engine.slot.prefill(toks[: clean + 40])
     assert cache_n == clean
     refine.run()  # and refinement goes on from the record's first unclean row
     assert refine.done
@@ -76,7 +76,7 @@ def test_a_clean_prefix_the_own_context_lacks_is_decoded_there_again_or_refined_
     from backend.ridgefill.runtime import runtime
 
     toks = induction_prompt(engine, 1300)
-    engine.prefill(toks, reuse_prefix=False)  # into an empty cache: row p in cell p
+    engine.slot.prefill(toks, reuse_prefix=False)  # into an empty cache: row p in cell p
     ref = engine.last_logits()
     top = runtime(engine).layout.layers[engine.info.n_layer - 1]
     exact_k = top.k_cache.rows()[: len(toks)].astype(np.float32)
@@ -84,7 +84,7 @@ def test_a_clean_prefix_the_own_context_lacks_is_decoded_there_again_or_refined_
     bulk = list(range(len(toks) - TAIL))
 
     def k_error(rows=bulk) -> float:  # the top layer's K of bulk rows against exact's
-        return float(np.abs(top.k_cache.rows()[engine.row_record.cells(rows)] - exact_k[rows]).max())
+        return float(np.abs(top.k_cache.rows()[engine.slot.record.cells(rows)] - exact_k[rows]).max())
 
     assert k_error() > 5.0  # the control: zero maps wrote them
     where = []
@@ -110,7 +110,7 @@ def test_a_clean_prefix_the_own_context_lacks_is_decoded_there_again_or_refined_
     # every bulk row's late K is exact's, whichever way it was refined (in place: 0.11 of rounding, the
     # cells and batches differ; a wrong prefix in the own context: 2.95)
     assert k_error() < 0.5
-    engine.prefill(toks)
+    engine.slot.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2
 
 
@@ -123,7 +123,7 @@ def test_rows_guided_made_exact_are_decoded_again_in_order(engine):
                             guided=GuidedParams(budget=64))
     assert rep.mode == "guided" and rep.exact_n > 0, rep.note
     Refinement(engine).run()
-    engine.prefill(toks)
+    engine.slot.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2
 
 
@@ -139,7 +139,7 @@ def test_refinement_on_a_sliding_window_model_comes_back_to_exact(tmp_path):
     path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
     toks = [1] + [int(t) for t in np.random.default_rng(4).integers(3, 299, 1400)]
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as e:
-        e.prefill(toks, reuse_prefix=False)
+        e.slot.prefill(toks, reuse_prefix=False)
         ref = e.last_logits()
         ridgefill_prefill(e, toks, "speed", 7, TAIL, maps=Zero(7, 12))
         approximated = np.abs(ref - e.last_logits()).max()
@@ -147,8 +147,8 @@ def test_refinement_on_a_sliding_window_model_comes_back_to_exact(tmp_path):
         refine = Refinement(e)
         assert refine.refusal() is None
         refine.run()
-        assert refine.done and e.row_record.approximated() == []
-        assert e.prefill(toks)[0] == len(toks) - 1
+        assert refine.done and e.slot.record.approximated() == []
+        assert e.slot.prefill(toks)[0] == len(toks) - 1
         # exact's within rounding: the late layers ran in 64-row chunks, exact's in 512-row ones
         assert np.abs(ref - e.last_logits()).max() < approximated / 20
 
@@ -163,7 +163,7 @@ def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_
     ref, toks = speed_after_exact(engine, 1300)
     refine = Refinement(engine)
     refine.step()  # one whole chunk first: the stopped one starts deeper in the prompt
-    before = (engine.row_record.n_clean, engine.row_record.approximated(), engine.row_record.with_cells())
+    before = (engine.slot.record.n_clean, engine.slot.record.approximated(), engine.slot.record.with_cells())
     asked = []
 
     def task_arrived() -> bool:  # asked every ABORT_POLL_S inside the decode; "yes" on the third time
@@ -173,13 +173,13 @@ def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_
     with pytest.raises(Preempted):
         refine.step(abort=task_arrived)
     assert len(asked) == 3  # stopped inside the decode, not before it
-    after = (engine.row_record.n_clean, engine.row_record.approximated(), engine.row_record.with_cells())
+    after = (engine.slot.record.n_clean, engine.slot.record.approximated(), engine.slot.record.with_cells())
     assert after == before
     mem = llama_cpp.llama_get_memory(engine._ctx)
     assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == len(toks) - 1
     assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in engine.spare_sequences)
     refine.run()  # the stopped chunk is done again, and no abort check is left on the context
-    engine.prefill(toks)
+    engine.slot.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2
 
 
@@ -209,5 +209,5 @@ def test_the_own_context_is_not_reused_for_a_lower_split_than_its_rows_were_refi
     assert ctx.exact_from == SPLIT and ctx.hold_prefix(512, SPLIT)  # the same split: kept as it is
     assert ctx.hold_prefix(512, SPLIT - 2) and ctx.exact_from == 0  # a lower one: decoded again, exactly
     refine.run()
-    engine.prefill(toks)
+    engine.slot.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2

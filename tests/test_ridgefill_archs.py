@@ -34,7 +34,7 @@ def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
         toks = [1] + [int(t) for t in rng.integers(3, 299, 1600)]
         streams = capture_streams(engine, [toks[:300]], [0, split], stride=2)
         assert streams[0].shape == (150, D) and streams[split].shape == (150, D)
-        engine.prefill(toks, reuse_prefix=False)
+        engine.slot.prefill(toks, reuse_prefix=False)
         ref = engine.last_logits()
         rep = ridgefill_prefill(engine, toks, "plumb", split, 512)
         assert rep.mode == "plumb" and rep.bulk_n == 1024, rep.note
@@ -69,7 +69,7 @@ def test_plumb_equals_off_on_gemma3_270m(gemma3_path):
         assert st.swa_layers and 5 not in st.swa_layers and 11 not in st.swa_layers
         doc = engine.tokenize("\n\n".join(corpus_texts()))[:2040]
         toks = doc + engine.tokenize("\n\nAs written above: ", add_special=False) + doc[200:214]
-        engine.prefill(toks, reuse_prefix=False)
+        engine.slot.prefill(toks, reuse_prefix=False)
         ref = engine.last_logits()
         rep = ridgefill_prefill(engine, toks, "plumb", 12, 512)
         assert rep.mode == "plumb" and rep.bulk_n == (len(toks) - 512) // 512 * 512 >= 1536, rep.note
@@ -125,7 +125,7 @@ def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama, monkeypatch):
     toks = [1] + [int(t) for t in np.random.default_rng(2).integers(3, 299, 1700)]
     with pytest.raises(Cancelled):
         rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
-    assert tiny_llama.eval_hook is None and tiny_llama.row_record.all_exact is False
+    assert tiny_llama.eval_hook is None and tiny_llama.slot.record.all_exact is False
     assert tiny_llama.reusable_prefix(toks) == 0
     rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
     assert rep.mode == "speed" and rep.bulk_n == len(toks) - 512
@@ -139,4 +139,4 @@ def test_a_failed_layout_check_refuses_ridgefill(tmp_path, monkeypatch):
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
         toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1700)]
         rep = ridgefill_prefill(engine, toks, "plumb", 2, 512)
-        assert rep.mode == "off" and "layout test refusal" in rep.note and engine.row_record.all_exact
+        assert rep.mode == "off" and "layout test refusal" in rep.note and engine.slot.record.all_exact

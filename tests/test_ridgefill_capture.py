@@ -49,7 +49,7 @@ def test_capture_shapes_and_stride(engine):
         assert strided[il].shape == ((465 + 3) // 4, d)
         # A running counter over all rows picks the same rows as slicing the unstrided capture.
         np.testing.assert_allclose(strided[il].astype(np.float32), full[il][::4].astype(np.float32), atol=2e-2, rtol=2e-2)
-    assert engine.kv_tokens == []  # the cache is left empty
+    assert engine.slot.tokens == []  # the cache is left empty
 
 
 def test_capture_progress_and_cancel(engine):
@@ -85,7 +85,7 @@ def test_recomputed_kv_matches_what_llama_cpp_wrote(engine):
     seq = _tokens(engine, 400)
     h = capture_streams(engine, [seq], [il])[il]
     layout = discover(engine)
-    engine.prefill(seq, reuse_prefix=False)
+    engine.slot.prefill(seq, reuse_prefix=False)
     ll = layout.layers[il]
     k_ref = ll.k_cache.rows()[: len(seq)].astype(np.float32)  # empty cache: cell == position
     v_ref = ll.v_cache.rows()[: len(seq)].astype(np.float32)
@@ -96,4 +96,4 @@ def test_recomputed_kv_matches_what_llama_cpp_wrote(engine):
     # The same rows at the wrong positions do not match: the RoPE check can fail.
     k_shift, _ = writer.compute(il, torch.from_numpy(h.astype(np.float32)), torch.arange(len(seq)) + 7)
     assert _cos_rows(k_shift.numpy(), k_ref).mean() < 0.99
-    engine.truncate_cache(0)
+    engine.slot.truncate(0)

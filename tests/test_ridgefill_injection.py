@@ -95,7 +95,7 @@ def test_plumb_equals_off_and_the_control_fails(engine):
     toks = induction_prompt(engine, 2030)
     bulk = (len(toks) - TAIL) // 512 * 512  # whole chunks (see injection.bulk_rows)
     assert bulk == 1536
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     lay = runtime(engine).layout
     ref_k = {l: lay.layers[l].k_cache.rows()[:bulk].copy() for l in (15, 18, 29)}
@@ -106,7 +106,7 @@ def test_plumb_equals_off_and_the_control_fails(engine):
         got = engine.last_logits()
         assert got.argmax() == ref.argmax()
         assert kl(ref, got) < 1e-2, (split, kl(ref, got))
-        assert engine.row_record.all_exact is False
+        assert engine.slot.record.all_exact is False
         for l in (l for l in (15, 18, 29) if l >= split):  # the K/V we wrote, row by row, vs exact's
             for mine, theirs in ((lay.layers[l].k_cache.rows()[:bulk], ref_k[l]),
                                  (lay.layers[l].v_cache.rows()[:bulk], ref_v[l])):
@@ -123,8 +123,8 @@ def step_logits(engine, prompt: list[int], answer: list[int]) -> np.ndarray:
     `prompt`: row i is the distribution `answer[i]` was drawn from. Rows after the prompt are dropped
     and decoded again in one batch, so two caches are compared under the same kernels."""
     n = len(prompt)
-    engine.truncate_cache(n - 1)
-    engine.decode([prompt[-1]] + answer[:-1], n - 1, logits_last=True, logits_all=True)
+    engine.slot.truncate(n - 1)
+    engine.slot.decode([prompt[-1]] + answer[:-1], n - 1, logits_last=True, logits_all=True)
     return engine.row_logits(len(answer))
 
 
@@ -141,13 +141,13 @@ def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approxi
     text = engine.detokenize(induction_prompt(engine, 1700)[1:])
     request = CompletionRequest(prompt=text, max_tokens=6, mode="off", reuse_prefix=False)
     prompt = engine.prompt_tokens(request)
-    off = engine.complete(request)
+    off = complete(engine, request)
     off_steps = step_logits(engine, prompt, off.tokens)
     plumb = complete(engine, CompletionRequest(prompt=text, max_tokens=6, mode="plumb", split=18))
     t = plumb.timings
     tail = default_tail(engine.info)  # no tail in the request: the model's default
     assert (t.mode, t.split, t.tail) == ("plumb", 18, tail) and t.bulk_n == (plumb.prompt_tokens - tail) // 512 * 512
-    assert engine.row_record.all_exact is False
+    assert engine.slot.record.all_exact is False
     plumb_steps = step_logits(engine, prompt, off.tokens)  # on plumb's cache: its approximated bulk stays
     rows, (second, first) = np.arange(len(off.tokens)), np.argsort(off_steps, axis=1)[:, -2:].T
     margins = off_steps[rows, first] - off_steps[rows, second]
@@ -158,8 +158,8 @@ def test_complete_in_plumb_mode_generates_exacts_tokens_and_never_reuses_approxi
     ties = [i for i, m in enumerate(margins) if m < TIE_MARGIN]
     agree_to = ties[0] if ties else len(off.tokens)
     assert plumb.tokens[:agree_to] == off.tokens[:agree_to], (plumb.tokens, off.tokens, margins)
-    assert engine.row_record.all_exact is False
-    again = engine.complete(CompletionRequest(prompt=text, max_tokens=1, mode="off"))
+    assert engine.slot.record.all_exact is False
+    again = complete(engine, CompletionRequest(prompt=text, max_tokens=1, mode="off"))
     assert again.timings.cache_n == 0  # the approximated cache is not reused by an exact request
     assert again.tokens == off.tokens[:1]
 
@@ -171,7 +171,7 @@ def test_speed_with_a_fitted_predictor(engine):
     maps = TinyLstsqMaps(engine, calib, split)
     toks = induction_prompt(engine, 1600)
     bulk = len(toks) - TAIL  # speed takes every row with T rows after it (plumb rounds to chunks)
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     ref = engine.last_logits()
     lay = runtime(engine).layout
     ref_k = lay.layers[split].k_cache.rows()[:bulk].copy()

@@ -1,14 +1,14 @@
 """plan.py's decisions on a fake engine (no model): every refusal and fallback, and what a plan holds.
 
 The fake engine has what the planner reads: `info`, `ubatch_rows` and the RidgeFill runtime in its slot
-(`ridgefill_runtime`, which runtime.runtime() hands out as it is)."""
+(`ridgefill`, which runtime.runtime() hands out as it is)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import pytest
 
-from backend.engine import ExactPrefill
+from backend.prefill import ExactPrefill
 from backend.model_file import ModelInfo
 from backend.protocol import CompletionRequest
 from backend.ridgefill.defaults import DEFAULT_TAIL, MIN_BULK, MIN_TAIL
@@ -52,7 +52,7 @@ class FakeRuntime:
 @dataclass
 class FakeEngine:
     info: ModelInfo = field(default_factory=_info)
-    ridgefill_runtime: FakeRuntime = field(default_factory=FakeRuntime)
+    ridgefill: FakeRuntime = field(default_factory=FakeRuntime)
     ubatch_rows: int = 512
 
 
@@ -77,7 +77,7 @@ def test_a_split_out_of_range_runs_exact(split):
 
 @pytest.mark.parametrize("split", [1, N_LAYER - 1])
 def test_the_splits_at_the_ends_of_the_range_are_taken(split):
-    eng = FakeEngine(ridgefill_runtime=FakeRuntime(found=FakeMaps(split, tuple(range(split + 1, N_LAYER)))))
+    eng = FakeEngine(ridgefill=FakeRuntime(found=FakeMaps(split, tuple(range(split + 1, N_LAYER)))))
     assert refusal(eng, LONG, "speed", split, 64) is None
     assert isinstance(plan_ridgefill(eng, LONG, "speed", split, 64), RidgeFillPlan)
 
@@ -102,7 +102,7 @@ def test_plumb_counts_its_bulk_in_whole_chunks():
 
 def test_a_split_below_a_cache_groups_first_layer_is_refused_up_front():
     rt = FakeRuntime(min_split=6)  # gemma3: the global cache's first layer is 5
-    eng = FakeEngine(ridgefill_runtime=rt)
+    eng = FakeEngine(ridgefill=rt)
     why = refusal(eng, LONG, "speed", 5, 64)
     assert why and "at least 6" in why and "layer 5" in why
     assert rt.asked == [] and refusal(eng, LONG, "speed", 6, 64) is None
@@ -120,7 +120,7 @@ def test_min_split_is_one_above_the_last_cache_groups_first_layer():
 
 
 def test_a_refused_runtime_runs_exact_with_its_reason():
-    eng = FakeEngine(ridgefill_runtime=FakeRuntime(refused="RidgeFill is off: no F16 cache."))
+    eng = FakeEngine(ridgefill=FakeRuntime(refused="RidgeFill is off: no F16 cache."))
     assert refusal(eng, LONG, "speed", SPLIT, 64) == "RidgeFill is off: no F16 cache."
     assert _exact_note(plan_ridgefill(eng, LONG, "guided", SPLIT, 64)) == "RidgeFill is off: no F16 cache."
     # the request's own faults are named first
@@ -131,11 +131,11 @@ def test_a_refused_runtime_runs_exact_with_its_reason():
 
 @pytest.mark.parametrize("mode", ["guided", "quality"])
 def test_a_redecoding_mode_runs_as_speed_where_sliding_windows_are_evicted(mode):
-    eng = FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2}, windows_kept=False))
+    eng = FakeEngine(ridgefill=FakeRuntime(swa_layers={0, 1, 2}, windows_kept=False))
     plan = plan_ridgefill(eng, LONG, mode, SPLIT, 64)
     assert isinstance(plan, RidgeFillPlan) and plan.mode == "speed"
     assert "needs every row's sliding window kept" in plan.note and plan.note.endswith("ran speed.")
-    kept = plan_ridgefill(FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2})), LONG, mode, SPLIT, 64)
+    kept = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(swa_layers={0, 1, 2})), LONG, mode, SPLIT, 64)
     assert kept.mode == mode and kept.note == ""
 
 
@@ -143,13 +143,13 @@ def test_modes_run_as_asked_without_sliding_window_layers():
     for mode in ("speed", "quality", "guided"):
         plan = plan_ridgefill(FakeEngine(), LONG, mode, SPLIT, 64)
         assert plan.mode == mode and plan.note == ""
-    plan = plan_ridgefill(FakeEngine(ridgefill_runtime=FakeRuntime(swa_layers={0})), LONG, "speed", SPLIT, 64)
+    plan = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(swa_layers={0})), LONG, "speed", SPLIT, 64)
     assert plan.mode == "speed" and plan.note == ""
 
 
 def test_plumb_needs_no_maps():
     rt = FakeRuntime(found=MapsMissing("no maps here"))
-    plan = plan_ridgefill(FakeEngine(ridgefill_runtime=rt), LONG, "plumb", SPLIT, 64, write_late=False)
+    plan = plan_ridgefill(FakeEngine(ridgefill=rt), LONG, "plumb", SPLIT, 64, write_late=False)
     assert isinstance(plan, RidgeFillPlan) and plan.mode == "plumb" and plan.maps is None
     assert plan.write_late is False and rt.asked == []
 
@@ -157,7 +157,7 @@ def test_plumb_needs_no_maps():
 @pytest.mark.parametrize("error", [MapsMissing("no maps for split 12"), MapsRefused("a map file changed")])
 def test_maps_missing_or_refused_run_exact(error):
     rt = FakeRuntime(found=error)
-    note = _exact_note(plan_ridgefill(FakeEngine(ridgefill_runtime=rt), LONG, "guided", SPLIT, 64))
+    note = _exact_note(plan_ridgefill(FakeEngine(ridgefill=rt), LONG, "guided", SPLIT, 64))
     assert note == f"RidgeFill maps unavailable ({error}); ran exact." and rt.asked == [SPLIT]
 
 
@@ -171,7 +171,7 @@ def test_maps_for_another_split_run_exact():
 
 def test_a_plan_carries_its_maps_tag_and_warnings():
     maps = FakeMaps(warnings=["made for another quantisation"])
-    eng = FakeEngine(ridgefill_runtime=FakeRuntime(found=maps))
+    eng = FakeEngine(ridgefill=FakeRuntime(found=maps))
     plan = plan_ridgefill(eng, LONG, "quality", SPLIT, 128, share=0.25)
     assert (plan.mode, plan.split, plan.tail, plan.share) == ("quality", SPLIT, 128, 0.25)
     assert plan.maps is maps and plan.tag == "s12:fake-s12" and plan.warnings == ["made for another quantisation"]
@@ -182,7 +182,7 @@ def test_a_plan_carries_its_maps_tag_and_warnings():
 
 def test_mode_off_runs_exact_without_a_note():
     rt = FakeRuntime(refused="never asked")
-    plan = plan_prefill(FakeEngine(ridgefill_runtime=rt), CompletionRequest(prompt="x", mode="off"), LONG)
+    plan = plan_prefill(FakeEngine(ridgefill=rt), CompletionRequest(prompt="x", mode="off"), LONG)
     assert isinstance(plan, ExactPrefill) and plan.note == "" and rt.asked == []
 
 
@@ -190,10 +190,10 @@ def test_a_request_gets_the_model_defaults_unless_it_asks():
     eng = FakeEngine()
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
     assert (plan.mode, plan.split, plan.tail) == ("guided", SPLIT, DEFAULT_TAIL)
-    eng.ridgefill_runtime.found = FakeMaps(9, tuple(range(10, N_LAYER)), "fake-s09")
+    eng.ridgefill.found = FakeMaps(9, tuple(range(10, N_LAYER)), "fake-s09")
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="speed", split=9, tail=256, quality_share=0.5), LONG)
     assert (plan.split, plan.tail, plan.share, plan.tag) == (9, 256, 0.5, "s9:fake-s09")
-    assert eng.ridgefill_runtime.asked == [SPLIT, 9]
+    assert eng.ridgefill.asked == [SPLIT, 9]
 
 
 def test_a_request_is_refused_like_a_plan():
@@ -207,7 +207,7 @@ def test_gemma3_gets_its_window_as_tail_and_runs_guided():
     info = _info("gemma3", n_layer=18, n_embd=640)
     split = default_split(info, tuned=False)
     maps = FakeMaps(split, tuple(range(split + 1, 18)), "gemma-s")
-    eng = FakeEngine(info=info, ridgefill_runtime=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))
+    eng = FakeEngine(info=info, ridgefill=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
     assert (plan.mode, plan.split, plan.tail) == ("guided", split, SLIDING_WINDOW_TAIL) and plan.note == ""
     assert default_mode(info) == plan.mode == default_mode(_info()) == "guided"

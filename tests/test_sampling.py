@@ -12,6 +12,7 @@ import pytest
 from backend.protocol import ChatMessage, CompletionRequest
 from backend.sampling import APP_DEFAULTS, DRY_SEQUENCE_BREAKERS, GREEDY, SamplingParams, model_defaults
 from backend.stopping import AnswerEnd, LoopWatch
+from backend.completion import complete
 
 # Greedy on the embedded model says one line again and again (found by trying; see the report in
 # docs/MEASUREMENTS.md: sampling defaults).
@@ -32,12 +33,12 @@ def most_repeated(text: str) -> int:
 
 def test_the_same_seed_and_parameters_give_the_same_text_twice(small_engine):
     req = ask("Write a short story about a cat.", max_tokens=40, sampling=SAMPLED)
-    first = small_engine.complete(req)
-    again = small_engine.complete(req)
+    first = complete(small_engine, req)
+    again = complete(small_engine, req)
     assert first.text == again.text and first.tokens == again.tokens and len(first.tokens) > 10
-    other = small_engine.complete(replace(req, sampling=replace(SAMPLED, seed=8)))
+    other = complete(small_engine, replace(req, sampling=replace(SAMPLED, seed=8)))
     assert other.tokens != first.tokens  # the seed is what draws: another one, another story
-    greedy = small_engine.complete(replace(req, sampling=GREEDY))
+    greedy = complete(small_engine, replace(req, sampling=GREEDY))
     assert greedy.tokens != first.tokens  # and the draw is not greedy's
 
 
@@ -45,23 +46,23 @@ def test_greedy_picks_the_argmax_of_the_logits(small_engine):
     """Temperature 0 with the penalties off: each token is numpy's argmax of the logits before it, as the
     hand-written sampler chose (every greedy answer, test and eval stays as it was)."""
     req = ask("Explain what a tide is.", max_tokens=24)
-    result = small_engine.complete(req)
+    result = complete(small_engine, req)
     tokens = small_engine.prompt_tokens(req)
-    small_engine.prefill(tokens, reuse_prefix=False)
+    small_engine.slot.prefill(tokens, reuse_prefix=False)
     expected = []
     for _ in range(len(result.tokens)):
         tok = int(np.argmax(small_engine.last_logits()))
         expected.append(tok)
-        small_engine.decode([tok], len(small_engine.row_record), logits_last=True)
+        small_engine.slot.decode([tok], len(small_engine.slot.record), logits_last=True)
     assert result.tokens == expected
 
 
 def test_a_greedy_loop_stops_looping_with_the_default_repeat_penalty(small_engine):
-    greedy = small_engine.complete(ask(LOOPING, max_tokens=128))
+    greedy = complete(small_engine, ask(LOOPING, max_tokens=128))
     assert most_repeated(greedy.text) >= 3, greedy.text  # the loop this test is about
     penalized = replace(GREEDY, repeat_penalty=APP_DEFAULTS.repeat_penalty, repeat_last_n=APP_DEFAULTS.repeat_last_n)
     for sampling in (penalized, replace(APP_DEFAULTS, seed=1), replace(APP_DEFAULTS, seed=2)):
-        answer = small_engine.complete(ask(LOOPING, max_tokens=128, sampling=sampling))
+        answer = complete(small_engine, ask(LOOPING, max_tokens=128, sampling=sampling))
         assert most_repeated(answer.text) < 3, (sampling, answer.text)
 
 
@@ -81,7 +82,7 @@ def copies(text: str) -> int:
 
 def test_dry_stops_a_loop_the_repeat_penalty_does_not_reach(small_engine):
     def answer(sampling):
-        return small_engine.complete(CompletionRequest(prompt=COPYING, max_tokens=240, sampling=sampling)).text
+        return complete(small_engine, CompletionRequest(prompt=COPYING, max_tokens=240, sampling=sampling)).text
 
     assert copies(answer(GREEDY)) >= 2  # the loop this test is about
     assert copies(answer(replace(APP_DEFAULTS, dry_multiplier=0.0))) >= 2  # the repeat penalty alone: still
@@ -94,7 +95,7 @@ def test_a_number_said_again_is_not_a_repeat_to_break(small_engine):
     number said again, and the passkey came back as "59362". The app's defaults break DRY's sequences at
     digits too."""
     def answer(sampling):
-        return small_engine.complete(ask("The passkey is 5820417. Write a short note to a colleague that gives the "
+        return complete(small_engine, ask("The passkey is 5820417. Write a short note to a colleague that gives the "
                                          "passkey, then repeat the passkey at the end of the note.", max_tokens=60,
                                          sampling=sampling)).text
 
@@ -103,18 +104,18 @@ def test_a_number_said_again_is_not_a_repeat_to_break(small_engine):
 
 
 def test_a_loop_is_stopped_and_said(small_engine):
-    looped = small_engine.complete(ask(LOOPING, max_tokens=128, stop_loops=True))
-    full = small_engine.complete(ask(LOOPING, max_tokens=128))
+    looped = complete(small_engine, ask(LOOPING, max_tokens=128, stop_loops=True))
+    full = complete(small_engine, ask(LOOPING, max_tokens=128))
     assert looped.finish_reason == "loop" and full.finish_reason == "length"
     assert len(looped.tokens) < len(full.tokens) and full.text.startswith(looped.text)
     assert most_repeated(looped.text) == 3  # cut at the third time, not later
 
 
 def test_stop_strings_end_the_answer_before_them(small_engine):
-    full = small_engine.complete(ask(LOOPING, max_tokens=32))
+    full = complete(small_engine, ask(LOOPING, max_tokens=32))
     stop = "Wednesday"
     assert stop in full.text
-    cut = small_engine.complete(ask(LOOPING, max_tokens=32, stop=[stop]))
+    cut = complete(small_engine, ask(LOOPING, max_tokens=32, stop=[stop]))
     assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.find(stop)]
 
 

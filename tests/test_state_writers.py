@@ -1,8 +1,11 @@
 """One writer for each piece of the engine's state, checked in the source (app, backend, ui):
-- the row record (backend/row_record.py) changes only inside backend/engine.py: everyone else reads
-  `engine.row_record` and writes through the Engine's methods (decode, truncate_cache, mark_exact,
-  record_cells, keep_split_streams);
-- RidgeFill's runtime slot (`Engine.ridgefill_runtime`) is filled only by backend/ridgefill/runtime.py."""
+- sequence 0's K/V and its row record (backend/row_record.py) change only inside backend/slot.py, the
+  slot, which writes both together: everyone else reads `engine.slot.record` and writes through the
+  slot's methods. The engine's sequence-0 primitives (decode_seq0, seq0_truncate, seq0_set_state,
+  seq_remove_seq0, seq_copy_to_seq0, pin) are called from the slot only, and a cache tensor's rows are
+  assigned only there (and by lower_skip, which fills a spare sequence's new cells before the slot takes
+  them);
+- RidgeFill's runtime (`Engine.ridgefill`) is filled only by backend/ridgefill/runtime.py."""
 from __future__ import annotations
 
 import ast
@@ -11,13 +14,16 @@ from pathlib import Path
 from backend.row_record import RowRecord
 
 ROOT = Path(__file__).resolve().parents[1]
+SLOT = Path("backend/slot.py")
 ENGINE = Path("backend/engine.py")
 RUNTIME = Path("backend/ridgefill/runtime.py")
+SPARE_CELLS = Path("backend/ridgefill/lower_skip.py")  # writes spare sequences' cells (see the doc)
 READERS = {"tokens", "all_exact", "with_cells", "approximated", "cells", "split_streams", "reusable_prefix",
            "n_clean", "stream_split", "streams_kept", "saved"}
-BUILDERS = {"from_saved"}  # make a new record (the prompt cache's); the Engine adopts it
+BUILDERS = {"from_saved"}  # make a new record (the prompt cache's); the slot adopts it
 WRITERS = {"append", "truncate", "mark_exact", "mark_clean", "record_cells", "keep_split_streams"}
-RECORD_ATTRS = {"row_record", "_rows"}  # how the Engine's record is reached
+RECORD_ATTRS = {"record", "_rows"}  # how the slot's record is reached
+SEQ0_PRIMITIVES = {"decode_seq0", "seq0_truncate", "seq0_set_state", "seq_remove_seq0", "seq_copy_to_seq0", "pin"}
 
 
 def _sources():
@@ -28,7 +34,7 @@ def _sources():
 
 
 def _record_writes(tree) -> list[int]:
-    """Lines that call a writing method on `<x>.row_record` / `<x>._rows`, or make a RowRecord."""
+    """Lines that call a writing method on `<x>.record` / `<x>._rows`, or make a RowRecord."""
     lines = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -39,6 +45,28 @@ def _record_writes(tree) -> list[int]:
             lines.append(node.lineno)
         if isinstance(f, ast.Name) and f.id == "RowRecord":
             lines.append(node.lineno)
+    return lines
+
+
+def _calls(tree, names: set[str]) -> list[int]:
+    """Lines that call `<x>.<name>(...)` for a name in `names`."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in names]
+
+
+def _row_assignments(tree) -> list[int]:
+    """Lines that assign into a cache tensor's rows: `<x>.rows()[...] = ...` (or a name bound to it)."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        for t in node.targets:
+            if isinstance(t, ast.Subscript):
+                v = t.value
+                if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "rows":
+                    lines.append(node.lineno)
+                elif isinstance(v, ast.Name) and v.id == "rows" and isinstance(node.value, ast.Subscript):
+                    lines.append(node.lineno)  # rows = cache.rows(); rows[new] = rows[old]
     return lines
 
 
@@ -56,19 +84,31 @@ def test_every_method_of_the_record_is_a_reader_or_a_writer():
     assert public == READERS | WRITERS | BUILDERS, "classify the record's new method in READERS, WRITERS or BUILDERS"
 
 
-def test_only_the_engine_writes_the_row_record():
-    found = {f"{rel}:{line}" for rel, tree in _sources() if rel != ENGINE
-             for line in _record_writes(tree) + _assigned_attrs(tree, RECORD_ATTRS)}
-    assert not found, f"the row record is written outside backend/engine.py at {sorted(found)}"
+def test_only_the_slot_writes_the_row_record():
+    found = {f"{rel}:{line}" for rel, tree in _sources() if rel != SLOT
+             for line in _record_writes(tree) + _assigned_attrs(tree, {"_rows"})}
+    assert not found, f"the row record is written outside {SLOT} at {sorted(found)}"
 
 
-def test_the_engine_does_write_it():  # the check above looks where the writes are
-    tree = ast.parse((ROOT / ENGINE).read_text(encoding="utf-8"))
-    assert len(_record_writes(tree)) >= len(WRITERS) + 1
+def test_only_the_slot_writes_sequence_0s_kv():
+    found = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (SLOT, ENGINE)
+             for line in _calls(tree, SEQ0_PRIMITIVES)}
+    assert not found, f"sequence 0's K/V are written outside {SLOT} at {sorted(found)}"
+    engine_calls = set(_calls(ast.parse((ROOT / ENGINE).read_text(encoding="utf-8")), SEQ0_PRIMITIVES - {"pin"}))
+    assert not engine_calls, f"the engine calls its sequence-0 primitives itself at lines {sorted(engine_calls)}"
+    tensors = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (SLOT, SPARE_CELLS)
+               for line in _row_assignments(tree)}
+    assert not tensors, f"cache tensor rows are assigned outside {SLOT} at {sorted(tensors)}"
+
+
+def test_the_slot_does_write_them():  # the checks above look where the writes are
+    tree = ast.parse((ROOT / SLOT).read_text(encoding="utf-8"))
+    assert len(_record_writes(tree)) >= len(WRITERS)
+    assert set(_calls(tree, SEQ0_PRIMITIVES)) and len(_row_assignments(tree)) >= 2
 
 
 def test_only_ridgefill_runtime_fills_the_engines_ridgefill_slot():
     found = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (ENGINE, RUNTIME)
-             for line in _assigned_attrs(tree, {"ridgefill_runtime"})}
-    assert not found, f"Engine.ridgefill_runtime is set outside {RUNTIME} at {sorted(found)}"
-    assert _assigned_attrs(ast.parse((ROOT / RUNTIME).read_text(encoding="utf-8")), {"ridgefill_runtime"})
+             for line in _assigned_attrs(tree, {"ridgefill"})}
+    assert not found, f"Engine.ridgefill is set outside {RUNTIME} at {sorted(found)}"
+    assert _assigned_attrs(ast.parse((ROOT / RUNTIME).read_text(encoding="utf-8")), {"ridgefill"})

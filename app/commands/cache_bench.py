@@ -84,7 +84,7 @@ def run(args) -> int:
     # process's start and the machine's drift between the two do not move
     here = complete(engine, CompletionRequest(messages=messages, max_tokens=1, mode="off"))
     out["exact_prompt_ms_here"] = round(here.timings.prompt_ms)
-    engine.truncate_cache(0)
+    engine.slot.truncate(0)
     first = complete(engine, CompletionRequest(messages=messages, max_tokens=1, mode=args.mode), prompt_cache=cache)
     out["saved_mode_ran"], out["saved_prompt_ms"] = first.timings.mode, round(first.timings.prompt_ms)
     work = IdleWork(engine, cache, refine=False)
@@ -130,7 +130,7 @@ def _refine_with_arrivals(refine) -> list[float]:
     from backend.errors import Preempted
 
     rng, waits = random.Random(0), []
-    n_chunks = -(-len(refine.engine.row_record) // refine.engine.ubatch_rows)
+    n_chunks = -(-len(refine.engine.slot.record) // refine.engine.ubatch_rows)
     arrive_in = {max(1, round(n_chunks * (i + 1) / (PREEMPTIONS + 1))) for i in range(PREEMPTIONS)}
     chunk = 0
     while not refine.done:
@@ -150,10 +150,10 @@ def _kl_against_exact(engine) -> float:
     """KL of the next-token logits of the refined cache against an exact prefill of the same tokens."""
     import numpy as np
 
-    toks = engine.kv_tokens
-    engine.prefill(toks)  # reuses every refined row, decodes the last
+    toks = engine.slot.tokens
+    engine.slot.prefill(toks)  # reuses every refined row, decodes the last
     refined = engine.last_logits()
-    engine.prefill(toks, reuse_prefix=False)
+    engine.slot.prefill(toks, reuse_prefix=False)
     exact = engine.last_logits()
     p = exact.astype(np.float64) - exact.max()
     q = refined.astype(np.float64) - refined.max()
@@ -166,4 +166,4 @@ def _entry_size(out: dict, cache, engine) -> None:
     """The saved entry's bytes per 1,000 tokens, from the first entry saved (approximated where it was)."""
     entries = cache.entries()
     if entries and "bytes_per_1000_tokens" not in out:
-        out["bytes_per_1000_tokens"] = round(entries[0].n_bytes / len(engine.row_record) * 1000)
+        out["bytes_per_1000_tokens"] = round(entries[0].n_bytes / len(engine.slot.record) * 1000)

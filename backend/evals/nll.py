@@ -73,6 +73,50 @@ def nll_documents(engine, length: int, n_docs: int, haystack: Haystack | None = 
     return [NllDocument(f"{haystack.name}-{i}-L{length}", (bos + toks[i * stride:])[:length]) for i in range(n_docs)]
 
 
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def token_logprobs(engine, tokens: list[int], last_n: int, *, prefill=None,
+                   cancel: Callable[[], bool] | None = None) -> np.ndarray:
+    """log p(token | everything before it) for each of the last `last_n` tokens (the exact model
+    unless `prefill(tokens_head, cancel=...)` is given to run the head another way).
+
+    The head tokens[:-last_n] is prefilled without reuse, on an empty cache; the scored tokens run
+    exact with logits for every row. The cache is empty afterwards (scratch): no request reuses them."""
+    if not 0 < last_n < len(tokens):
+        raise ValueError("last_n must be between 1 and len(tokens) - 1")
+    head = tokens[:-last_n]
+    engine.make_room(len(tokens), 1)
+    with engine.scratch():
+        engine.slot.truncate(0)  # whatever the cache held, the head starts at position 0
+        if prefill is None:
+            engine.slot.prefill(head, reuse_prefix=False, cancel=cancel)
+        else:
+            prefill(head, cancel=cancel)
+        return _score_after_head(engine, tokens[-last_n:], len(head), cancel)
+
+
+def _score_after_head(engine, scored: list[int], pos: int, cancel: Callable[[], bool] | None) -> np.ndarray:
+    """log p of each `scored` token, the head (`pos` rows) cached and its last logits ready."""
+    last_n = len(scored)
+    out = np.empty(last_n, dtype=np.float64)
+    out[0] = _log_softmax(engine.last_logits())[scored[0]]
+    n_batch, done = engine.config.n_batch, 1
+    while done < last_n:  # feed scored[:-1]; row i predicts scored[i + 1]
+        if cancel is not None and cancel():
+            raise Cancelled("scoring cancelled")
+        chunk = scored[done - 1 : min(done - 1 + n_batch, last_n - 1)]
+        engine.slot.decode(chunk, pos, logits_last=True, logits_all=True)
+        lp = _log_softmax(engine.row_logits(len(chunk)))
+        out[done : done + len(chunk)] = lp[np.arange(len(chunk)), scored[done : done + len(chunk)]]
+        pos += len(chunk)
+        done += len(chunk)
+    return out
+
+
 def _report_fields(report) -> dict:
     d = asdict(report) if is_dataclass(report) else dict(vars(report))
     return {"mode_run": d.get("mode"), "bulk_n": d.get("bulk_n", 0), "note": d.get("note", "")}
@@ -90,7 +134,7 @@ def document_nll(engine, doc: NllDocument, mode: str, split: int | None, tail: i
         def prefill(head, cancel=None):
             info.update(_report_fields(ridgefill_prefill(engine, head, mode, split, tail, cancel=cancel)))
 
-    lp = engine.token_logprobs(doc.tokens, last_n, prefill=prefill, cancel=cancel)
+    lp = token_logprobs(engine, doc.tokens, last_n, prefill=prefill, cancel=cancel)
     return {"kind": "nll", "id": doc.id, "mode": mode, "split": split if mode != "off" else None, "tail": tail,
             "length": len(doc.tokens), "last_n": last_n, "nll": float(-lp.mean()), **info,
             "seconds": round(time.perf_counter() - t0, 2)}

@@ -74,7 +74,7 @@ def item_hits(engine, item: NeedleItem, split: int, tail: int, grid: Grid) -> di
         return {"id": item.id, "bulk": False}
     engine.make_room(len(tokens), 1)
     setup = runtime(engine)
-    engine.truncate_cache(0)  # the bulk pass writes from position 0 of an empty context
+    engine.slot.truncate(0)  # the bulk pass writes from position 0 of an empty context
     # the bulk pass stops above the highest scoring layer: what is below is all scoring reads
     cut = min(split, max(il for ls in grid.layer_sets for il in ls) + 1)
     plan = RidgeFillPlan("guided", cut, tail, tag="hit-rate", write_late=False)

@@ -145,14 +145,14 @@ def discover(engine) -> GraphLayout:
     if problem:
         raise LayoutRefused(problem)
     col = _Collector()
-    n_keep = len(engine.kv_tokens)  # decode after what is cached, then remove it: the cache survives
+    n_keep = len(engine.slot.tokens)  # decode after what is cached, then remove it: the cache survives
     if n_keep + 1 > engine.n_ctx:
-        engine.truncate_cache(0)
+        engine.slot.truncate(0)
         n_keep = 0
     try:
         tok = engine.tokenize("a", add_special=True)[:1] or [0]
         with engine.hooked(col):
-            engine.decode(tok, n_keep, logits_last=True)
+            engine.slot.decode(tok, n_keep, logits_last=True)
         # Rope params and value shapes must be read while the graph is alive (its nodes are freed or
         # reused by the next decode); cache tensors themselves live as long as the context.
         layout = GraphLayout(set_rows_op=col.set_rows_op)
@@ -188,7 +188,7 @@ def discover(engine) -> GraphLayout:
             layout.layers[il] = LayerLayout(il, kc, vc, kidx, vidx, d["rope"], n_head_kv, head_dim,
                                             vc.n_embd_gqa // n_head_kv)
     finally:
-        engine.truncate_cache(n_keep)
+        engine.slot.truncate(n_keep)
     if sorted(layout.layers) != list(range(engine.info.n_layer)):
         raise LayoutRefused(
             f"found KV caches for layers {sorted(layout.layers)}, expected 0..{engine.info.n_layer - 1}"

@@ -100,7 +100,7 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     """The streams entering `layers` for the last `window` prompt rows, from a decode on sequence 1
     through the layers below max(layers) only. Sequence 1 shares sequence 0's cells for the decode and
     lets go of every cell after, so the cache is as it was."""
-    n_cached = len(engine.row_record)
+    n_cached = len(engine.slot.record)
     rows = tokens[-window:]
     tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
     engine.seq_copy(0, 1, 0, n_cached)
@@ -147,7 +147,7 @@ def layer_scores(engine, rt, tokens: list[int], candidates: list[int], streams: 
     gets from the window's queries (attention_scores), before pooling."""
     window = len(next(iter(streams.values())))
     pos = torch.arange(len(tokens) - window, len(tokens))
-    cells = np.asarray(engine.row_record.cells(candidates))
+    cells = np.asarray(engine.slot.record.cells(candidates))
     qpath = rt.query_path(sorted(streams))
     out = {}
     for il, h in streams.items():
@@ -227,9 +227,9 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
                 params: GuidedParams = DEFAULT) -> list[Run]:
     """The runs this question wants exact. Rows made exact before (a follow-up) are scored too and
     count towards the budget, so a question asked again selects what is already exact."""
-    if not engine.row_record.approximated(0, bulk_end):
+    if not engine.slot.record.approximated(0, bulk_end):
         return []
-    candidates = engine.row_record.with_cells(0, bulk_end)
+    candidates = engine.slot.record.with_cells(0, bulk_end)
     layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.swa_layers)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)

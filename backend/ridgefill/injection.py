@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engine import ExactPrefill, PrefillReport
+from ..prefill import ExactPrefill, PrefillReport
 from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from . import ggml_graph
@@ -142,7 +142,7 @@ def run_plan(engine, plan, tokens: list[int], *, reuse_prefix: bool, on_event, c
         except LayoutRefused as exc:
             # Something about this graph is not as discovered: never reuse these rows, and run exact.
             log.warning("RidgeFill refused mid-prefill: %s", exc)
-            engine.truncate_cache(0)
+            engine.slot.truncate(0)
             return ExactPrefill(f"RidgeFill stopped ({exc}); ran exact.").run(
                 engine, tokens, reuse_prefix=False, on_event=on_event, cancel=cancel)
 
@@ -154,30 +154,26 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     phases = _Phases("capture", "lower", "predict", "write")
     t0 = time.perf_counter()
     bulk_end = bulk_rows(engine, len(tokens), plan.tail, plan.mode)
+    slot = engine.slot
     if plan.mode == "plumb":
-        engine.truncate_cache(0)
+        slot.truncate(0)
         with phases("capture"):
             source = _oracle(engine, tokens[:bulk_end], plan.split, cancel)
         start = 0
     else:
         source = _Predictor(plan.maps)
-        start = engine.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
-        engine.truncate_cache(start)
+        start = slot.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
+        slot.truncate(start)
     report.cache_n = start
-    # The streams entering the split stay with the rows: quality, guided, a follow-up and the idle
-    # refinement (refine.py) skip the lower layers with them, and write the sliding windows they need.
-    kept: list[np.ndarray] | None = [] if plan.write_late else None
     report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
-                              t0=t0, keep_streams=kept)
+                              t0=t0)
     pos = max(start, bulk_end)
-    if kept:
-        engine.keep_split_streams(plan.split, start, np.concatenate(kept))
     if plan.mode in ("quality", "guided"):
-        streams = SplitStreams(rt.layout, plan.split, engine.row_record)
+        streams = SplitStreams(rt.layout, plan.split, slot.record)
         report.exact_n = _make_rows_exact(engine, rt, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):
         chunk_n = engine.ubatch_rows
-        engine.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
+        slot.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
     report.prompt_ms = (time.perf_counter() - t0) * 1000
     report.breakdown_ms = phases.rounded()
     return report
@@ -207,12 +203,12 @@ class _LateRows:
 
 
 def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source,
-              phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None,
-              keep_streams: list[np.ndarray] | None = None) -> int:
+              phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
     """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
     late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
-    Cancelled between chunks, with the cache holding only rows whose late layers are written.
-    `keep_streams` gets the streams entering the split, in position order, block by block."""
+    Cancelled between chunks, with the cache holding only rows whose late layers are written. The
+    streams entering the split stay with the rows written (quality, guided, a follow-up and the idle
+    refinement skip the lower layers with them, and write the sliding windows they need)."""
     rt = runtime(engine)
     phases = phases or _Phases()
     t0 = time.perf_counter() if t0 is None else t0
@@ -230,14 +226,12 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
             pos += n
             if plan.write_late and (len(pending) >= LATE_BLOCK or pos == bulk_end):
                 _write_late(engine, rt, plan, pending, source, phases, swa_from)
-                if keep_streams is not None:
-                    keep_streams.extend(pending.h)
                 pending = _LateRows(pos)
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
     except BaseException:
         if plan.write_late:
-            engine.truncate_cache(pending.start)  # rows without their late K/V must not be reused
+            engine.slot.truncate(pending.start)  # rows without their late K/V must not be reused
         raise
     return max(0, pos - start)
 
@@ -255,11 +249,9 @@ def _lower_chunk(engine, rt: RidgeFillRuntime, plan, tokens, pos: int, n: int, t
     their split stream and cache cells join `pending`."""
     with phases("lower"):
         tap.reset()
-        with engine.hooked(tap):
-            engine.decode(tokens[pos : pos + n], pos, logits_last=False, approx_tag=plan.tag or "plumb")
+        engine.slot.decode(tokens[pos : pos + n], pos, approx_tag=plan.tag or "plumb", hook=tap)
     if tap.error or tap.h is None or tap.h.shape[0] != n:
         raise LayoutRefused(f"bulk pass: {tap.error or 'the split stream was not seen'}")
-    engine.record_cells(pos, tap.first_layer_cells())
     if not plan.write_late:
         return
     if rt.windows_kept and len({c.tobytes() for c in tap.idx.values()}) > 1:
@@ -275,7 +267,7 @@ def _lower_chunk(engine, rt: RidgeFillRuntime, plan, tokens, pos: int, n: int, t
 def _write_late(engine, rt: RidgeFillRuntime, plan, pending: _LateRows, source, phases: _Phases,
                 swa_from: int) -> None:
     """Every late layer's K/V for the `pending` rows, written from the late inputs `source` gives for
-    them, on all the engine's threads."""
+    them, on all the engine's threads; the rows keep their streams entering the split."""
     h = torch.from_numpy(np.concatenate(pending.h))
     n, pos = len(h), pending.start
     cells = {name: np.concatenate(parts) for name, parts in pending.cells.items()}
@@ -284,18 +276,24 @@ def _write_late(engine, rt: RidgeFillRuntime, plan, pending: _LateRows, source, 
             inputs = source.late_inputs(h, slice(pos, pos + n))
             inputs[plan.split] = h
         with phases("write"):
-            positions = torch.arange(pos, pos + n)
-            for il in range(plan.split, engine.info.n_layer):
-                ll = rt.layout.layers[il]
-                rows = slice(None)
-                if rt.n_swa and il in rt.swa_layers:
-                    # A sliding-window layer: only rows inside the tail's window are ever read again.
-                    first = max(0, swa_from - pos)
-                    if first >= n:
-                        continue
-                    rows = slice(first, n)
-                rt.writer.write(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
-                                cells[ll.v_index][rows])
+            engine.slot.write_late(_late_writes(engine, rt, plan, inputs, pos, n, cells, swa_from),
+                                   split=plan.split, start=pos, streams=h.numpy())
+
+
+def _late_writes(engine, rt: RidgeFillRuntime, plan, inputs, pos: int, n: int, cells, swa_from: int):
+    """The late layers' K/V writes of rows [pos, pos + n), one layer at a time."""
+    positions = torch.arange(pos, pos + n)
+    for il in range(plan.split, engine.info.n_layer):
+        ll = rt.layout.layers[il]
+        rows = slice(None)
+        if rt.n_swa and il in rt.swa_layers:
+            # A sliding-window layer: only rows inside the tail's window are ever read again.
+            first = max(0, swa_from - pos)
+            if first >= n:
+                continue
+            rows = slice(first, n)
+        yield from rt.writer.writes(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
+                                    cells[ll.v_index][rows])
 
 
 def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
@@ -314,7 +312,7 @@ def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
         from .guided import guided_runs
 
         chosen = guided_runs(engine, rt, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
-    todo = set(engine.row_record.approximated(0, bulk_end))
+    todo = set(engine.slot.record.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
     if rt.swa_layers and runs:
         with phases("windows"):
@@ -334,18 +332,18 @@ def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> N
     pass left unwritten (only the tail reads a window there): a row decoded again attends to them.
     Written from the kept split streams' predictions, so writing a row twice writes the same values."""
     swa_from = bulk_end - rt.n_swa  # from here on the bulk pass wrote them
-    approx = set(engine.row_record.approximated(0, max(0, swa_from)))
+    record = engine.slot.record
+    approx = set(record.approximated(0, max(0, swa_from)))
     rows = sorted({q for r in runs for q in range(max(0, r.start - rt.n_swa + 1), r.start) if q in approx})
     if not rows:
         return
-    h = engine.row_record.split_streams(plan.split, rows)
+    h = record.split_streams(plan.split, rows)
     if h is None:
         raise LayoutRefused("a row in a re-decoded run's window has no kept split stream")
     h = torch.from_numpy(np.ascontiguousarray(h, dtype=np.float32))
     positions = torch.tensor(rows)
-    cells = np.asarray(engine.row_record.cells(rows))
+    cells = np.asarray(record.cells(rows))
     late_swa = sorted(il for il in rt.swa_layers if il >= plan.split)
     with torch_threads(engine.config.n_threads):
-        for il in late_swa:
-            x = h if il == plan.split else plan.maps.predict(il, h)
-            rt.writer.write(il, x, positions, cells, cells)
+        engine.slot.write_late(w for il in late_swa for w in rt.writer.writes(
+            il, h if il == plan.split else plan.maps.predict(il, h), positions, cells, cells))

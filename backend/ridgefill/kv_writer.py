@@ -231,8 +231,8 @@ class KVWriter:
         k = apply_rope(k, ll.rope, pos)
         return k.reshape(k.shape[0], -1), v
 
-    def write(self, il: int, h: torch.Tensor, pos: torch.Tensor, k_cells: np.ndarray, v_cells: np.ndarray) -> None:
+    def writes(self, il: int, h: torch.Tensor, pos: torch.Tensor, k_cells: np.ndarray, v_cells: np.ndarray) -> list:
+        """Layer `il`'s K and V rows for `h` at `pos`, as the slot's writes into those cells (backend/slot.py)."""
         k, v = self.compute(il, h, pos)
         ll: LayerLayout = self.layout.layers[il]
-        ll.k_cache.rows()[k_cells] = k.numpy().astype(np.float16)
-        ll.v_cache.rows()[v_cells] = v.numpy().astype(np.float16)
+        return [(ll.k_cache, k_cells, k.numpy().astype(np.float16)), (ll.v_cache, v_cells, v.numpy().astype(np.float16))]

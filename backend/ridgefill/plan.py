@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine import ExactPrefill, PrefillReport
+from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
 from .defaults import MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default
 from .guided import GuidedParams

@@ -62,7 +62,7 @@ def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inne
     stream = None if streams is None else streams.rows(positions)
     if stream is None:
         return None, None
-    old_cells = engine.row_record.cells(positions)
+    old_cells = engine.slot.record.cells(positions)
     if min(old_cells) < 0:
         return None, None
     return old_cells, LowerLayersSkipped(inner, streams.split, stream)
@@ -70,7 +70,7 @@ def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inne
 
 def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
                    cells=None, chained: bool = False, streams: SplitStreams | None = None,
-                   abort: Callable[[], bool] | None = None) -> int:
+                   abort: Callable[[], bool] | None = None, clean: bool = False) -> int:
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
@@ -80,7 +80,8 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     whatever happens. `cells`: records where the new rows landed, so they can be scored again.
     `streams`: the bulk pass's streams entering the split; a batch whose rows all have one skips the
     layers below the split (lower_skip). `abort`: asked inside each llama_decode (Engine.decode_rows);
-    a batch it stops raises Preempted and leaves sequence 0 as it was before that batch."""
+    a batch it stops raises Preempted and leaves sequence 0 as it was before that batch. `clean`: every row
+    before the runs is clean (refinement in prompt order), so the runs are clean too."""
     single_cache = cells is not None and run_mask.supported(cells)
     one_batch = chained and single_cache
     # every cache gives a row the same cell (no sliding-window cache, or Engine.pin_seq keeps them so)
@@ -98,7 +99,7 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
             else:
                 new_cells = _decode_recorded(engine, toks, pos, seqs, group, cells, one_batch,
                                              streams if same_cells else None, abort)
-            done += _hand_to_sequence_0(engine, group, new_cells)
+            done += _hand_to_sequence_0(engine, group, new_cells, clean)
     finally:
         engine.clear_spare_sequences()
     return done
@@ -142,14 +143,12 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
     return new_cells
 
 
-def _hand_to_sequence_0(engine, group: list[Run], new_cells) -> int:
+def _hand_to_sequence_0(engine, group: list[Run], new_cells, clean: bool) -> int:
     """Sequence 0 drops its approximate cells at each run's positions and takes the exact ones; the
     rows made exact."""
     at = 0  # where each run's rows sit in the batch
     for s, run in enumerate(group, start=1):
-        engine.seq_remove(0, run.start, run.end)  # the approximate cells are freed...
-        engine.seq_copy(s, 0, run.start, run.end)  # ...and sequence 0 takes the exact ones
-        engine.seq_remove(s, -1, -1)
-        engine.mark_exact(run.start, run.end, None if new_cells is None else new_cells[at : at + len(run)])
+        engine.slot.take_rows(s, run.start, run.end, None if new_cells is None else new_cells[at : at + len(run)],
+                              clean=clean)
         at += len(run)
     return at

@@ -48,7 +48,7 @@ class Refinement:
 
     @property
     def done(self) -> bool:
-        return self.engine.row_record.all_exact
+        return self.engine.slot.record.all_exact
 
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
@@ -56,7 +56,7 @@ class Refinement:
         if rt.swa_layers and not rt.windows_kept:
             return ("refinement needs every row's sliding window kept (a full-size sliding-window cache): rows "
                     "decoded again would lose their window")
-        free = self.engine.n_ctx - len(self.engine.row_record)
+        free = self.engine.n_ctx - len(self.engine.slot.record)
         if not self.done and free < MIN_CHUNK:
             return f"the context has {free} free cells: too few to decode rows again beside the old ones"
         return None
@@ -64,7 +64,7 @@ class Refinement:
     def step(self, abort=None) -> int:
         """Decode the next chunk of rows exactly; returns how many (0 when every row is exact). `abort` is
         asked inside the decode: once it says stop, Preempted, and the chunk is done again next time."""
-        engine, rows = self.engine, self.engine.row_record
+        engine, rows = self.engine, self.engine.slot.record
         start, n = rows.n_clean, len(rows)
         if start >= n:
             return 0
@@ -80,13 +80,12 @@ class Refinement:
         t0 = time.perf_counter()
         stream = streams.rows(list(range(start, end))) if streams is not None else None
         context = self._context_for(start, end, abort) if stream is not None else None
+        # their history was clean: exact and clean now, and the clean prefix moves on
         if context is not None:
-            cells = context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
-            engine.mark_exact(start, end, cells)  # the same cells, exact now
+            context.refine(start, end, rows.stream_split, stream, rt.layout, abort=abort)
         else:
-            redecode_exact(engine, engine.kv_tokens, [Run(start, end)],
-                           cells=CellTap(rt.layout) if rt.layout else None, streams=streams, abort=abort)
-        engine.mark_clean(start, end)  # their history was clean: the clean prefix moves on
+            redecode_exact(engine, engine.slot.tokens, [Run(start, end)],
+                           cells=CellTap(rt.layout) if rt.layout else None, streams=streams, abort=abort, clean=True)
         self.step_s.append(time.perf_counter() - t0)
         if self.done:
             self.close()
@@ -95,13 +94,13 @@ class Refinement:
     def _context_for(self, start: int, end: int, abort=None) -> RefineContext | None:
         """Refinement's own context holding the clean prefix [0, start), where rows [start, end) have a
         known cell to copy into; None where sequence 0's cache must do (see refine_context)."""
-        if min(self.engine.row_record.cells(list(range(start, end)))) < 0:
+        if min(self.engine.slot.record.cells(list(range(start, end)))) < 0:
             return None
         if self._context is not None and not self._context.serves(self.engine, end):
             self.close()
         if self._context is None:
             self._context = RefineContext(self.engine)
-        split = self.engine.row_record.stream_split
+        split = self.engine.slot.record.stream_split
         return self._context if self._context.hold_prefix(start, split, abort) else None
 
     def close(self) -> None:

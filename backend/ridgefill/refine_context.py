@@ -51,7 +51,7 @@ class RefineContext:
         """Make sequence 0 hold the main engine's rows [0, start), exact from layer `split` on (dropping
         any after them); False when it holds other rows and `start` is too long to decode again here
         (see SEED_MAX_ROWS). `abort`: as in `refine`."""
-        prefix = self.main.kv_tokens[:start]
+        prefix = self.main.slot.tokens[:start]
         if len(self.tokens) >= start and self.tokens[:start] == prefix and self.exact_from <= split:
             self._truncate(start)
             return True
@@ -69,16 +69,16 @@ class RefineContext:
     def refine(self, start: int, end: int, split: int, stream: np.ndarray, main_layout: GraphLayout,
                abort=None) -> np.ndarray:
         """Decode rows [start, end) here from their streams entering `split`, right after the prefix it
-        holds, and copy their K/V of layers split.. into the main cache's cells of those rows; returns
-        those cells. `abort`: asked inside the decode (Preempted, and nothing of the chunk stays on
+        holds, and copy their K/V of layers split.. into the main cache's cells of those rows (exact and
+        clean there now); returns those cells. `abort`: asked inside the decode (Preempted, and nothing of the chunk stays on
         either side)."""
         if len(self.tokens) != start or self.exact_from > split:
             raise ValueError(f"the refinement context holds {len(self.tokens)} rows exact from layer "
                              f"{self.exact_from}, not {start} from {split}")
-        main_cells = np.asarray(self.main.row_record.cells(list(range(start, end))))
+        main_cells = np.asarray(self.main.slot.record.cells(list(range(start, end))))
         if len(main_cells) != end - start or main_cells.min() < 0:
             raise ValueError(f"rows {start}..{end} have no known cell in the main cache")
-        tokens = self.main.kv_tokens[start:end]
+        tokens = self.main.slot.tokens[start:end]
         tap = CellTap(self.layout)
         skip = LowerLayersSkipped(tap, split, stream)
         try:
@@ -91,11 +91,15 @@ class RefineContext:
         if skip.error or not skip.written or tap.error:
             self._truncate(start)
             raise LayoutRefused(f"refinement context: {skip.error or tap.error or 'no split stream written'}")
+        self.main.slot.copy_exact_rows(start, end, main_cells, self._copies(split, main_layout, tap))
+        return main_cells
+
+    def _copies(self, split: int, main_layout: GraphLayout, tap: CellTap):
+        """The K/V rows of layers split.. this context wrote, as writes into the main cache's cells."""
         for il in range(split, self.main.info.n_layer):
             src, dst = self.layout.layers[il], main_layout.layers[il]
-            dst.k_cache.rows()[main_cells] = src.k_cache.rows()[tap.idx[src.k_index]]
-            dst.v_cache.rows()[main_cells] = src.v_cache.rows()[tap.idx[src.v_index]]
-        return main_cells
+            yield dst.k_cache, src.k_cache.rows()[tap.idx[src.k_index]]
+            yield dst.v_cache, src.v_cache.rows()[tap.idx[src.v_index]]
 
     def _truncate(self, n_keep: int) -> None:
         if len(self.tokens) > n_keep:

@@ -1,6 +1,6 @@
 """RidgeFill's runtime state for one engine, found once and reused by every request: the graph layout
 (or why it was refused), the K/V (and scoring Q) weights, the sliding-window layers, and the verified
-map sets. It hangs off the engine it was found on (`Engine.ridgefill_runtime`), which has one at most:
+map sets. It hangs off the engine it was found on (`Engine.ridgefill`), which has one at most:
 `runtime(engine)` makes it on first use and is the only writer of that slot.
 
 Maps are loaded and verified (sha256 of every file, model fingerprint) once per split; later requests
@@ -137,9 +137,9 @@ class RidgeFillRuntime:
 
 def runtime(engine) -> RidgeFillRuntime:
     """The engine's RidgeFill runtime, made on first use (a discovery decode and weight loading)."""
-    rt = engine.ridgefill_runtime
+    rt = engine.ridgefill
     if rt is None:
-        engine.ridgefill_runtime = rt = RidgeFillRuntime(engine)
+        engine.ridgefill = rt = RidgeFillRuntime(engine)
     elif getattr(rt, "context_generation", 0) != getattr(engine, "context_generation", 0):
         rt.rebind(engine)
     return rt

@@ -99,14 +99,14 @@ def capture_streams(
     counter = counter0
     with engine.scratch():
         for seq in token_seqs:
-            engine.truncate_cache(0)  # each sequence starts from an empty cache
+            engine.slot.truncate(0)  # each sequence starts from an empty cache
             for start in range(0, len(seq), chunk_n):
                 if cancel is not None and cancel():
                     raise Cancelled(f"capture cancelled after {done} of {total} tokens")
                 chunk = seq[start : start + chunk_n]
                 tap.reset()
                 with engine.hooked(tap):  # rows past the cut are not computed: never exact
-                    engine.decode(chunk, start, logits_last=False, approx_tag="capture")
+                    engine.slot.decode(chunk, start, logits_last=False, approx_tag="capture")
                 if tap.error:
                     raise RidgeFillError(f"capture failed reading {tap.error}")
                 keep = np.nonzero((counter + np.arange(len(chunk))) % stride == 0)[0]
