@@ -1,64 +1,63 @@
-"""Reading user documents (.txt, .md, .pdf) and framing them with a question for the model."""
+"""Reading user documents (text, PDF, Word, web pages, e-books, OpenDocument) and framing them with a question.
+
+The readers of each format are in document_formats.py; here a path becomes a DocumentText (the text the app
+reads, and where each PDF page starts in it) and a document and a question become the model's prompt.
+"""
 from __future__ import annotations
 
-import codecs
-import re
+import bisect
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+from . import document_formats as formats
 from .errors import DocumentError, EmptyDocumentError
 from .protocol import ChatMessage
 
-# A file is refused as "not text" when more than this share of its characters are control characters
-# (other than tab, line and page breaks) or bytes no encoding we read could decode. Text, in UTF-8 or a
-# legacy Windows/Latin-1 encoding, has next to none; random bytes read as Windows-1252 have about 13%,
-# binary files (images, archives, Word's .docx) more; a log with a colour code (ESC) per line stays below.
-MAX_NOT_TEXT_SHARE = 0.05
-_NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls (category Cc) but \t\n\v\f\r; U+FFFD
+MAX_NOT_TEXT_SHARE = formats.MAX_NOT_TEXT_SHARE
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text", ".rst")  # any other suffix is read as text too
+_READERS: dict[str, Callable[[Path], str]] = {
+    ".docx": formats.read_docx,
+    ".html": formats.read_html, ".htm": formats.read_html, ".xhtml": formats.read_html,
+    ".epub": formats.read_epub,
+    ".odt": formats.read_odt,
+}
+# What the GUI's file dialog and drop target, and `chat --doc`, offer.
+DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",) + tuple(_READERS)
 
 
-def read_document(path: str | Path) -> str:
+@dataclass(frozen=True)
+class DocumentText:
+    """A document as the app reads it: its file name, its text, and the offset in the text where each page
+    starts (a PDF's pages, in order; empty for formats without pages)."""
+    name: str
+    text: str
+    page_starts: tuple[int, ...] = ()
+
+    def page_at(self, offset: int) -> int | None:
+        """The page (counting from 1) that holds the character at `offset`; None without pages."""
+        if not self.page_starts:
+            return None
+        return max(1, bisect.bisect_right(self.page_starts, offset))
+
+
+def read_document_parts(path: str | Path) -> DocumentText:
     p = Path(path)
     if not p.is_file():
         raise DocumentError(f"Document not found: {p}. Check the path.")
-    text = _read_pdf(p) if p.suffix.lower() == ".pdf" else _read_text(p)
+    suffix = p.suffix.lower()
+    if suffix == ".pdf":
+        text, page_starts = formats.read_pdf(p)
+    else:
+        text, page_starts = _READERS.get(suffix, formats.read_text)(p), ()
     if not text.strip():
         raise EmptyDocumentError(f"{p.name} is empty: there is nothing to ask about. Choose a document with text.")
-    return text
+    return DocumentText(p.name, text, page_starts)
 
 
-def _read_text(p: Path) -> str:
-    """UTF-8 (a BOM is dropped), UTF-16 with a BOM (Notepad's "Unicode"), else Windows-1252 (a superset
-    of Latin-1's letters); then refused if it does not look like text in any of them."""
-    raw = p.read_bytes()
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            text = raw.decode("utf-16")
-        except UnicodeDecodeError:
-            text = raw.decode("cp1252", errors="replace")
-    else:
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            text = raw.decode("cp1252", errors="replace")
-    bad = len(_NOT_TEXT.findall(text))
-    if text and bad / len(text) > MAX_NOT_TEXT_SHARE:
-        raise DocumentError(
-            f"{p.name} does not look like text: {bad / len(text):.0%} of it is control characters or bytes "
-            "that decode as no character (a binary file, or text in an unusual encoding). Open it in the "
-            "program that made it and save or export it as plain text (UTF-8) or PDF."
-        )
-    return text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read gives it
-
-
-def _read_pdf(p: Path) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
-
-    try:
-        reader = PdfReader(p)
-        return "\n\n".join((page.extract_text() or "") for page in reader.pages)
-    except (PyPdfError, OSError, ValueError) as exc:
-        raise DocumentError(f"{p.name} could not be read as a PDF ({exc}). Try exporting it as text.") from exc
+def read_document(path: str | Path) -> str:
+    return read_document_parts(path).text
 
 
 def document_messages(document: str, question: str) -> list[ChatMessage]:

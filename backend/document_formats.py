@@ -1,0 +1,190 @@
+"""One reader per document format: plain text, PDF (with its page starts), Word, HTML, EPUB and OpenDocument.
+
+Each reader takes a path and returns the text (a PDF also the character offset where each page starts), or
+raises DocumentError with one line that says what happened and what the user can do. One small library per
+format (python-docx, inscriptis, odfpy; pypdf for PDF) instead of markitdown: together they add 17 MB and
+5 packages to the install where markitdown[docx,epub] adds about 100 MB and 13 (onnxruntime and magika for
+its file-type guessing), and markitdown reads no .odt. EPUB is read with zipfile and lxml, because the
+EPUB library (ebooklib) is AGPL-licensed and would bind the bundled app to it.
+"""
+from __future__ import annotations
+
+import codecs
+import posixpath
+import re
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import unquote
+
+from .errors import DocumentError
+
+# A file is refused as "not text" when more than this share of its characters are control characters
+# (other than tab, line and page breaks) or bytes no encoding we read could decode. Text, in UTF-8 or a
+# legacy Windows/Latin-1 encoding, has next to none; random bytes read as Windows-1252 have about 13%,
+# binary files (images, archives, Word's .docx) more; a log with a colour code (ESC) per line stays below.
+MAX_NOT_TEXT_SHARE = 0.05
+_NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls (category Cc) but \t\n\v\f\r; U+FFFD
+# A .docx, .epub or .odt whose members would unpack to more than this is refused (a zip bomb, not a book).
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+PAGE_SEPARATOR = "\n\n"  # between a PDF's pages in the text
+
+_SAVE_AGAIN = "Open it in the program that made it and save it again, or export it as PDF or plain text."
+
+
+def read_text(p: Path) -> str:
+    return decode_text(p.read_bytes(), p.name)
+
+
+def decode_text(raw: bytes, name: str) -> str:
+    """UTF-8 (a BOM is dropped), UTF-16 with a BOM (Notepad's "Unicode"), else Windows-1252 (a superset
+    of Latin-1's letters); then refused if it does not look like text in any of them."""
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = raw.decode("utf-16")
+        except UnicodeDecodeError:
+            text = raw.decode("cp1252", errors="replace")
+    else:
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = raw.decode("cp1252", errors="replace")
+    bad = len(_NOT_TEXT.findall(text))
+    if text and bad / len(text) > MAX_NOT_TEXT_SHARE:
+        raise DocumentError(
+            f"{name} does not look like text: {bad / len(text):.0%} of it is control characters or bytes "
+            "that decode as no character (a binary file, or text in an unusual encoding). Open it in the "
+            "program that made it and save or export it as plain text (UTF-8) or PDF."
+        )
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read gives it
+
+
+@contextmanager
+def _refused_if_broken(name: str, kind: str) -> Iterator[None]:
+    """A damaged file can make a format library fail with any exception: each becomes one DocumentError."""
+    try:
+        yield
+    except DocumentError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the parsers' own errors on bad input are many and undocumented
+        reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:160]
+        raise DocumentError(f"{name} could not be read as {kind} ({reason}). {_SAVE_AGAIN}") from exc
+
+
+def read_pdf(p: Path) -> tuple[str, tuple[int, ...]]:
+    """The pages' text joined by a blank line, and where each page starts in it."""
+    from pypdf import PasswordType, PdfReader
+
+    with _refused_if_broken(p.name, "a PDF"):
+        reader = PdfReader(p)
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:  # viewers try "" first
+            raise DocumentError(
+                f"{p.name} is protected with a password. Open it in a PDF viewer with its password, save or "
+                "print a copy without one, and attach that copy."
+            )
+        pages = [page.extract_text() or "" for page in reader.pages]
+    if pages and not any(page.strip() for page in pages):
+        raise DocumentError(
+            f"{p.name} has no text layer (a scan or pictures of pages): run OCR on it, e.g. ocrmypdf, "
+            "or export it as text."
+        )
+    starts, offset = [], 0
+    for page in pages:
+        starts.append(offset)
+        offset += len(page) + len(PAGE_SEPARATOR)
+    return PAGE_SEPARATOR.join(pages), tuple(starts)
+
+
+@contextmanager
+def _open_zip(p: Path, kind: str) -> Iterator[zipfile.ZipFile]:
+    """.docx, .epub and .odt are zip archives: a damaged one, or one that unpacks to too much, is refused."""
+    try:
+        archive = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise DocumentError(
+            f"{p.name} is damaged or is not really {kind} (it is not a readable zip archive: {exc}). "
+            + _SAVE_AGAIN
+        ) from exc
+    with archive:
+        if sum(info.file_size for info in archive.infolist()) > MAX_UNPACKED_BYTES:
+            raise DocumentError(f"{p.name} would unpack to more than {MAX_UNPACKED_BYTES >> 20} MB: it is "
+                                f"refused as damaged or hostile. {_SAVE_AGAIN}")
+        yield archive
+
+
+def read_docx(p: Path) -> str:
+    """The body's paragraphs and tables in document order; a table row is its cells joined by tabs."""
+    import docx
+    from docx.table import Table
+
+    with _open_zip(p, "a Word document"), _refused_if_broken(p.name, "a Word document"):
+        lines = []
+        for block in docx.Document(str(p)).iter_inner_content():
+            if isinstance(block, Table):
+                for row in block.rows:
+                    cells = [cell.text for cell in row.cells]
+                    # a merged cell appears once per grid column it spans: keep it once
+                    lines.append("\t".join(c for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]))
+            else:
+                lines.append(block.text)
+        return "\n".join(lines)
+
+
+def html_text(raw: bytes, name: str) -> str:
+    """A web page's visible text laid out as a browser's text view would (blocks, lists, tables)."""
+    from inscriptis import get_text
+
+    text = decode_text(raw, name)  # a binary file named .html is refused here, with the reason
+    with _refused_if_broken(name, "a web page"):
+        return get_text(text)
+
+
+def read_html(p: Path) -> str:
+    return html_text(p.read_bytes(), p.name)
+
+
+_XML_PARSER_OPTIONS = {"resolve_entities": False, "no_network": True}  # a document may not fetch or expand
+_CONTAINER_NS = "{urn:oasis:names:tc:opendocument:xmlns:container}"
+_OPF_NS = {"opf": "http://www.idpf.org/2007/opf"}
+
+
+def read_epub(p: Path) -> str:
+    """The chapters in reading order (the package's spine), each as a web page's text."""
+    from lxml import etree
+
+    parser = etree.XMLParser(**_XML_PARSER_OPTIONS)
+    with _open_zip(p, "an EPUB e-book") as archive, _refused_if_broken(p.name, "an EPUB e-book"):
+        container = etree.fromstring(archive.read("META-INF/container.xml"), parser)
+        package_path = container.find(f".//{_CONTAINER_NS}rootfile").get("full-path")
+        package = etree.fromstring(archive.read(package_path), parser)
+        manifest = {item.get("id"): item for item in package.iterfind(".//opf:manifest/opf:item", _OPF_NS)}
+        chapters = []
+        for ref in package.iterfind(".//opf:spine/opf:itemref", _OPF_NS):
+            item = manifest.get(ref.get("idref"))
+            if item is None or "html" not in (item.get("media-type") or ""):
+                continue  # the spine may name images or other media: they hold no text
+            member = posixpath.normpath(posixpath.join(posixpath.dirname(package_path), unquote(item.get("href"))))
+            chapters.append(html_text(archive.read(member), f"{p.name}: {member}").strip())
+        return "\n\n".join(chapter for chapter in chapters if chapter)
+
+
+def read_odt(p: Path) -> str:
+    """The paragraphs and headings of an OpenDocument text (LibreOffice Writer), in document order."""
+    from odf import teletype
+    from odf.namespaces import TEXTNS
+    from odf.opendocument import load
+
+    blocks = {(TEXTNS, "p"), (TEXTNS, "h")}
+    with _open_zip(p, "an OpenDocument text"), _refused_if_broken(p.name, "an OpenDocument text"):
+        lines: list[str] = []
+
+        def walk(node) -> None:
+            for child in node.childNodes:
+                if getattr(child, "qname", None) in blocks:
+                    lines.append(teletype.extractText(child))  # its spaces, tabs and line breaks included
+                elif child.nodeType == child.ELEMENT_NODE:
+                    walk(child)
+
+        walk(load(str(p)).text)
+        return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""The formats people have: each written here as a small real file, read back as text; PDF pages kept; the
+unreadable refused with what to do."""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from backend import document_formats
+from backend.documents import DOCUMENT_SUFFIXES, read_document, read_document_parts
+from backend.errors import DocumentError
+
+FACT = "The daily limit is 500 requests."
+
+
+def write_pdf(path, pages: list[str], *, user_password: str | None = None, owner_password: str = "owner"):
+    """A PDF with one line of Helvetica text per page (pages given as "" are blank, like a scan's)."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                             NameObject("/BaseFont"): NameObject("/Helvetica")})
+    for text in pages:
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        if text:
+            stream = DecodedStreamObject()
+            stream.set_data(f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1"))
+            page.replace_contents(stream)
+    if user_password is not None:
+        writer.encrypt(user_password, owner_password, algorithm="AES-128")
+    writer.write(path)
+    return path
+
+
+def write_docx(path):
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Service manual", level=1)
+    paragraph = document.add_paragraph("The daily limit is ")
+    paragraph.add_run("500").bold = True
+    paragraph.add_run(" requests.")
+    table = document.add_table(rows=2, cols=2)
+    for r, row in enumerate([("Region", "Limit"), ("Europe", "500")]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    document.add_paragraph("After the table.")
+    document.save(path)
+    return path
+
+
+def write_epub(path, chapters: dict[str, str]):
+    """An EPUB 3 as the spec lays it out: mimetype first and stored, container, package, chapters."""
+    # the manifest lists the chapters backwards: the spine, not the manifest, gives the reading order
+    items = "".join(f'<item id="{n}" href="text/{n}.xhtml" media-type="application/xhtml+xml"/>'
+                    for n in reversed(chapters))
+    items += '<item id="cover" href="cover.png" media-type="image/png"/>'
+    spine = '<itemref idref="cover"/>' + "".join(f'<itemref idref="{n}"/>' for n in chapters)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        z.writestr("META-INF/container.xml",
+                   '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+                   'container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/'
+                   'oebps-package+xml"/></rootfiles></container>')
+        z.writestr("OEBPS/content.opf",
+                   '<?xml version="1.0" encoding="utf-8"?><package xmlns="http://www.idpf.org/2007/opf" '
+                   f'version="3.0"><manifest>{items}</manifest><spine>{spine}</spine></package>')
+        z.writestr("OEBPS/cover.png", b"\x89PNG\r\n\x1a\n" + bytes(64))
+        for name, body in chapters.items():
+            z.writestr(f"OEBPS/text/{name}.xhtml",
+                       '<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml">'
+                       f"<head><title>{name}</title></head><body>{body}</body></html>")
+    return path
+
+
+def write_odt(path):
+    from odf import text
+    from odf.opendocument import OpenDocumentText
+
+    document = OpenDocumentText()
+    document.text.addElement(text.H(outlinelevel=1, text="Service manual"))
+    paragraph = text.P(text="The daily limit is")
+    paragraph.addElement(text.S(c=1))
+    paragraph.addText("500 requests.")
+    document.text.addElement(paragraph)
+    document.text.addElement(text.P(text="Second paragraph."))
+    document.save(str(path))
+    return path
+
+
+def test_a_word_document_reads_as_text_in_order_with_its_table(tmp_path):
+    text = read_document(write_docx(tmp_path / "manual.docx"))
+    assert FACT in text  # the bold run is part of its sentence
+    order = [text.index(part) for part in ("Service manual", FACT, "Region\tLimit", "After the table.")]
+    assert order == sorted(order)
+    assert "Europe\t500" in text
+
+
+def test_a_web_page_reads_as_its_visible_text(tmp_path):
+    page = tmp_path / "saved page.html"
+    page.write_text("<html><head><title>Manual</title><style>p {color: red}</style><script>var secret = 1;"
+                    f"</script></head><body><h1>Limits</h1><p>The daily limit is <b>500</b> requests.</p>"
+                    "<ul><li>first</li><li>second</li></ul></body></html>", encoding="utf-8")
+    text = read_document(page)
+    assert FACT in text
+    assert "secret" not in text and "color" not in text  # scripts and styles are not text
+    assert text.index("Limits") < text.index(FACT) < text.index("first") < text.index("second")
+
+
+def test_an_epub_reads_its_chapters_in_reading_order(tmp_path):
+    book = write_epub(tmp_path / "book.epub", {"one": "<h1>Chapter one</h1><p>It begins.</p>",
+                                               "two": f"<h1>Chapter two</h1><p>{FACT}</p>"})
+    text = read_document(book)
+    assert text.index("Chapter one") < text.index("It begins.") < text.index("Chapter two") < text.index(FACT)
+    assert "PNG" not in text  # the cover image in the spine holds no text
+
+
+def test_an_opendocument_text_reads_its_headings_and_paragraphs(tmp_path):
+    text = read_document(write_odt(tmp_path / "manual.odt"))
+    assert text.splitlines() == ["Service manual", FACT, "Second paragraph."]
+
+
+def test_a_pdf_keeps_where_each_page_starts(tmp_path):
+    pages = ["First page says hello.", FACT, "Third page ends it."]
+    doc = read_document_parts(write_pdf(tmp_path / "spec.pdf", pages))
+    assert doc.name == "spec.pdf"
+    assert len(doc.page_starts) == 3 and doc.page_starts[0] == 0
+    for number, (start, page_text) in enumerate(zip(doc.page_starts, pages), start=1):
+        assert doc.text[start:].startswith(page_text)
+        assert doc.page_at(doc.text.index(page_text)) == number
+        assert doc.page_at(doc.text.index(page_text) + len(page_text) - 1) == number
+    assert read_document(tmp_path / "spec.pdf") == doc.text  # today's callers get the same text
+
+
+def test_text_formats_have_no_pages(tmp_path):
+    (tmp_path / "notes.txt").write_text(FACT)
+    doc = read_document_parts(tmp_path / "notes.txt")
+    assert doc.page_starts == () and doc.page_at(3) is None
+
+
+def test_a_pdf_with_a_password_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(DocumentError) as err:
+        read_document(write_pdf(tmp_path / "locked.pdf", [FACT], user_password="secret"))
+    assert "locked.pdf is protected with a password" in str(err.value)
+    assert "save or print a copy without one" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_pdf_locked_only_against_editing_opens_as_a_viewer_would(tmp_path):
+    # an owner password alone (the user's is empty): viewers open it without asking, and so do we
+    assert FACT in read_document(write_pdf(tmp_path / "restricted.pdf", [FACT], user_password=""))
+
+
+def test_a_scanned_pdf_without_a_text_layer_is_refused_with_ocr_advice(tmp_path):
+    with pytest.raises(DocumentError, match=r"scan.pdf has no text layer.*run OCR on it, e\.g\. ocrmypdf"):
+        read_document(write_pdf(tmp_path / "scan.pdf", ["", ""]))
+
+
+@pytest.mark.parametrize("suffix, kind", [(".docx", "Word document"), (".epub", "EPUB e-book"),
+                                          (".odt", "OpenDocument text")])
+def test_a_damaged_archive_is_refused_with_what_to_do(tmp_path, suffix, kind):
+    broken = tmp_path / f"broken{suffix}"
+    broken.write_bytes(b"PK\x03\x04" + bytes(range(200)))
+    with pytest.raises(DocumentError, match=f"broken{suffix} is damaged or is not really an? {kind}") as err:
+        read_document(broken)
+    assert "save it again" in str(err.value) and "\n" not in str(err.value)
+    # a sound zip without the format's parts inside
+    hollow = tmp_path / f"hollow{suffix}"
+    with zipfile.ZipFile(hollow, "w") as z:
+        z.writestr("readme.txt", "not a document")
+    with pytest.raises(DocumentError, match=f"hollow{suffix} could not be read as an? {kind}"):
+        read_document(hollow)
+
+
+def test_an_archive_that_would_unpack_to_too_much_is_refused(tmp_path, monkeypatch):
+    manual = write_docx(tmp_path / "manual.docx")
+    monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 1000)
+    with pytest.raises(DocumentError, match="manual.docx would unpack to more than"):
+        read_document(manual)
+
+
+def test_a_binary_file_named_html_is_refused(tmp_path):
+    page = tmp_path / "image.htm"
+    page.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    with pytest.raises(DocumentError, match="image.htm does not look like text"):
+        read_document(page)
+
+
+def test_every_new_format_is_offered(tmp_path):
+    assert {".pdf", ".docx", ".html", ".htm", ".epub", ".odt", ".txt", ".md"} <= set(DOCUMENT_SUFFIXES)
