@@ -189,5 +189,10 @@ def test_a_binary_file_named_html_is_refused(tmp_path):
         read_document(page)
 
 
-def test_every_new_format_is_offered(tmp_path):
+def test_every_format_read_is_offered_by_the_window():
+    pytest.importorskip("PySide6")
+    from ui.chat_panel import DOC_FILTER, DOC_SUFFIXES
+
     assert {".pdf", ".docx", ".html", ".htm", ".epub", ".odt", ".txt", ".md"} <= set(DOCUMENT_SUFFIXES)
+    for suffix in DOCUMENT_SUFFIXES:
+        assert suffix in DOC_SUFFIXES and f"*{suffix}" in DOC_FILTER  # the drop target and the file dialog

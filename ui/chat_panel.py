@@ -27,7 +27,7 @@ from app import chat_session
 from app.conversations import Conversation, ConversationStore, Message
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import CountRequest, CountResult, TaskKind
-from backend.documents import read_document
+from backend.documents import DOCUMENT_SUFFIXES, read_document
 from backend.errors import DocumentError
 from backend.answers import answers_agree
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
@@ -38,10 +38,11 @@ from ui.controls import RidgeFillControls
 from ui.format import compare_line, eta_line, timings_line
 from ui.ttft_chart import TtftChart
 
-DOC_SUFFIXES = {".txt", ".md", ".markdown", ".pdf", ".text", ".rst"}
+DOC_SUFFIXES = set(DOCUMENT_SUFFIXES)  # text, .pdf, .docx, .html/.htm/.xhtml, .epub, .odt
+DOC_FILTER = f"Documents ({' '.join('*' + s for s in DOCUMENT_SUFFIXES)});;All files (*)"
 SAVE_EVERY_S = 0.5
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
-NO_DOCUMENT = "No document: attach a .txt, .md or .pdf file, or drop it here."
+NO_DOCUMENT = "No document: attach a text, PDF, Word (.docx), web page, e-book (.epub) or .odt file, or drop it here."
 
 
 class ChatPanel(QWidget):
@@ -167,7 +168,7 @@ class ChatPanel(QWidget):
     @Slot()
     def choose_document(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Attach a document", "",
-                                              "Documents (*.txt *.md *.markdown *.pdf);;All files (*)")
+                                              DOC_FILTER)
         if path:
             self.attach_document(path)
 

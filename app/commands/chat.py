@@ -18,7 +18,7 @@ from backend.stopping import LOOP_NOTE
 def register(sub) -> None:
     p = sub.add_parser("chat", help="ask a question, optionally about a document")
     p.add_argument("question")
-    p.add_argument("--doc", help="a .txt, .md or .pdf file to ask about")
+    p.add_argument("--doc", help="a document to ask about: .txt, .md, .pdf, .docx, .html, .epub or .odt")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--mode", default=None, choices=MODES,
                    help="off (exact) or a RidgeFill mode (default: the app's, guided on most models)")
