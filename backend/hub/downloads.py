@@ -27,7 +27,6 @@ from filelock import FileLock, Timeout  # huggingface_hub's own dependency (it l
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
-from backend.errors import RidgeFillError
 from backend.model_file import GGUF_MAGIC, read_model_info
 
 from . import store
@@ -136,15 +135,10 @@ def _download_into(staging: Path, entry: ModelEntry, settings: HubSettings, job:
         with staged.open("rb") as f:
             if f.read(4) != GGUF_MAGIC:
                 raise VerificationFailed(f"{entry.filename} is not a GGUF file (bad magic); it was deleted.")
+        facts = _header_facts(staged, entry)
     except BaseException:
         store.remove_quietly(staging)
         raise
-    try:  # facts a user-added entry lacks, read from the verified file's header
-        info = read_model_info(staged)
-        facts = {"architecture": info.architecture, "context_length": info.n_ctx_train, "name": info.name}
-    except RidgeFillError as exc:
-        store.remove_quietly(staging)
-        raise VerificationFailed(f"{entry.filename} is not a usable GGUF model ({exc}); it was deleted.") from exc
     final = store.install_model(
         staged, entry, settings,
         {"id": entry.id, "repo_id": entry.repo_id, "revision": entry.revision, "commit": meta.commit_hash,
@@ -153,6 +147,16 @@ def _download_into(staging: Path, entry: ModelEntry, settings: HubSettings, job:
     store.remove_quietly(staging)
     job.move(State.READY, path=str(final))
     return final
+
+
+def _header_facts(staged: Path, entry: ModelEntry) -> dict:
+    """Facts a user-added entry lacks, read from the verified file's header; a header the reader refuses,
+    whatever it raised, is a failed verification (the caller deletes the file)."""
+    try:
+        info = read_model_info(staged)
+    except Exception as exc:  # ModelFileError by contract; anything else must not leave the file either
+        raise VerificationFailed(f"{entry.filename} is not a usable GGUF model ({exc}); it was deleted.") from exc
+    return {"architecture": info.architecture, "context_length": info.n_ctx_train, "name": info.name}
 
 
 @contextmanager
