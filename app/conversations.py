@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import math
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from backend.json_file import parse_object, set_aside, write_private
 from backend.user_paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -48,16 +50,46 @@ class Conversation:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Conversation":
+        """A conversation from its saved form; ValueError (saying what is wrong) for any other shape."""
+        _check_shape(d)
         doc = d.get("document")
         return cls(
-            id=str(d["id"]),
+            id=d["id"],
             title=str(d.get("title", "Chat")),
             created=float(d.get("created", 0)),
             updated=float(d.get("updated", 0)),
             # Files saved before Document lost its n_tokens field still carry it: keep name and text.
-            document=Document(str(doc["name"]), str(doc["text"])) if doc else None,
+            document=Document(doc["name"], doc["text"]) if doc else None,
             messages=[Message(**m) for m in d.get("messages", [])],
         )
+
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
+_MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
+                  "exact": (dict, type(None)), "note": (str,)}
+
+
+def _check_shape(d) -> None:
+    """ValueError unless `d` has the shape Conversation.to_dict writes (unknown top-level keys are ignored)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a conversation is a JSON object, not a {type(d).__name__}")
+    if not isinstance(d.get("id"), str) or not _ID.fullmatch(d["id"]):
+        raise ValueError("the conversation has no valid 'id'")
+    for key in ("created", "updated"):
+        value = d.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"'{key}' is not a time")
+    doc = d.get("document")
+    if doc and not (isinstance(doc, dict) and isinstance(doc.get("name"), str) and isinstance(doc.get("text"), str)):
+        raise ValueError("'document' has no text and name")
+    messages = d.get("messages", [])
+    if not isinstance(messages, list):
+        raise ValueError("'messages' is not a list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not {"role", "content"} <= m.keys() or not m.keys() <= _MESSAGE_TYPES.keys():
+            raise ValueError(f"message {i} is not a message")
+        if not all(isinstance(v, _MESSAGE_TYPES[k]) for k, v in m.items()):
+            raise ValueError(f"message {i} has a field of the wrong type")
 
 
 class ConversationStore:
@@ -69,24 +101,25 @@ class ConversationStore:
         return self.folder / f"{conv_id}.json"
 
     def save(self, conv: Conversation) -> None:
+        """Written whole under a unique temporary name, mode 0600 (a conversation is private)."""
         conv.updated = time.time()
-        p = self._file(conv.id)
-        tmp = p.with_suffix(".json.tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            json.dump(conv.to_dict(), f, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+        write_private(self._file(conv.id), json.dumps(conv.to_dict(), ensure_ascii=False))
 
     def load(self, conv_id: str) -> Conversation:
-        return Conversation.from_dict(json.loads(self._file(conv_id).read_text(encoding="utf-8")))
+        """One conversation; OSError, or ValueError saying what is wrong with a damaged file."""
+        p = self._file(conv_id)
+        return Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name))
 
     def load_all(self) -> list[Conversation]:
-        """Every readable conversation, newest first; a damaged file is skipped and logged."""
+        """Every readable conversation, newest first; a damaged file is set aside as NAME.bad-<time>
+        (nothing lost, and never loaded again) and logged."""
         out = []
         for p in self.folder.glob("*.json"):
             try:
-                out.append(Conversation.from_dict(json.loads(p.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                out.append(self.load(p.stem))
+            except ValueError as exc:  # NotAnObject, UnicodeDecodeError and the shape check are all ValueError
+                kept = set_aside(p)
+                log.warning("conversation %s is damaged (%s); it was kept as %s", p.name, exc, kept or p)
+            except OSError as exc:
                 log.warning("skipping unreadable conversation %s: %s", p.name, exc)
         return sorted(out, key=lambda c: c.updated, reverse=True)

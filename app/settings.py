@@ -7,7 +7,6 @@ theirs, and an empty setting leaves them in charge.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -15,16 +14,16 @@ from pathlib import Path
 from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
+from backend.json_file import read_object, write_private
 from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
 
-log = logging.getLogger(__name__)
 FILE_NAME = "settings.json"
 
 
 @dataclass
 class Settings:
     threads: int = 0  # 0 = all cores
-    n_ctx: int = AUTO_CTX  # 0: follows the document (backend/engine.context_cap); else capped at the model's
+    n_ctx: int = AUTO_CTX  # 0: follows the document (backend/context_size.context_cap); else capped at the model's
     max_tokens: int = DEFAULT_MAX_TOKENS  # room kept for each answer, on a model with no Generation settings of its own
     model_path: str = ""  # "" = the embedded default model
     hub_endpoint: str = ""  # "" = huggingface_hub's default (or HF_ENDPOINT)
@@ -43,27 +42,20 @@ class Settings:
 
     @classmethod
     def load(cls) -> "Settings":
-        """The saved settings; defaults for anything missing, unknown or of the wrong type."""
+        """The saved settings; defaults for anything missing, unknown, of the wrong type or negative. A file
+        that is not a JSON object is set aside as settings.json.bad-<time> (backend/json_file.py)."""
         s = cls()
-        try:
-            data = json.loads(cls.path().read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return s
-        except (OSError, ValueError) as exc:
-            log.warning("settings file unreadable (%s); using defaults", exc)
-            return s
+        data = read_object(cls.path(), "the settings file") or {}
         for f in fields(cls):
             value = data.get(f.name)
             default = getattr(s, f.name)
-            if value is not None and type(value) is type(default):
+            if value is not None and type(value) is type(default) and not (isinstance(value, int) and value < 0):
                 setattr(s, f.name, value)
         return s
 
     def save(self) -> None:
-        p = self.path()
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
-        os.replace(tmp, p)
+        """Written whole under a unique temporary name, mode 0600 (it holds the hub token)."""
+        write_private(self.path(), json.dumps(asdict(self), indent=2))
 
     def engine_settings(self) -> EngineSettings:
         """How the engine child is built: the chosen model (else the embedded one), its threads and context,

@@ -6,12 +6,17 @@ everywhere else: the folder in the user cache and the map set's hub repo name (s
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
+from backend.json_file import read_object, set_aside, write_private
+
 from .errors import HubError, UnknownModel, describe_error
+
+log = logging.getLogger(__name__)
 
 CATALOGUE_FILE = "catalogue.json"
 USER_MODELS = "user_models.json"  # the user's additions (`models --add`, the GUI's "Open local"), in the data dir
@@ -137,19 +142,50 @@ def add_hub(repo_id: str, filename: str | None, user_file: Path, list_files=None
 
 
 def _read_user(user_file: Path | None) -> list[dict]:
-    if user_file is None or not Path(user_file).exists():
+    """The user's entries that have a ModelEntry's shape; one that does not is skipped with a warning (and
+    kept in the file: _save_user writes it back as it was)."""
+    good = []
+    for d in _read_user_items(user_file):
+        problem = _entry_problem(d)
+        if problem:
+            log.warning("%s: an entry is skipped (%s); fix or remove it in that file", user_file, problem)
+        else:
+            good.append(d)
+    return good
+
+
+def _read_user_items(user_file: Path | None) -> list:
+    """Every item of the user file's "models" list. A file that is not {"models": [...]} is set aside as
+    NAME.bad-<time> (a damaged user list must not hide the built-in catalogue, nor be overwritten)."""
+    if user_file is None:
         return []
-    try:
-        data = json.loads(Path(user_file).read_text(encoding="utf-8"))
-        return [d for d in data.get("models", []) if isinstance(d, dict) and "id" in d]
-    except (OSError, ValueError):
-        return []  # a damaged user list must not hide the built-in catalogue
+    data = read_object(Path(user_file), "the user's model list")
+    if data is None:
+        return []
+    if not isinstance(data.get("models", []), list):
+        kept = set_aside(Path(user_file))
+        log.warning("%s: 'models' is not a list; it was kept as %s", user_file, kept or user_file)
+        return []
+    return data.get("models", [])
+
+
+_KINDS = {"str": (str,), "str | None": (str, type(None)), "int | None": (int, type(None)), "bool": (bool,)}
+_TYPES = {f.name: _KINDS[f.type] for f in fields(ModelEntry)}  # the types a saved entry's fields may have
+
+
+def _entry_problem(d) -> str:
+    """Why `d` is not a user entry ("" when it is one): an object with a slug id and fields of the right types."""
+    if not isinstance(d, dict) or not isinstance(d.get("id"), str) or slug(d["id"]) != d["id"]:
+        return "no valid id"
+    for key in ("name", "architecture", "filename"):
+        if not isinstance(d.get(key), str):
+            return f"'{key}' is missing"
+    bad = [k for k, v in d.items() if k in _TYPES and (isinstance(v, bool) and bool not in _TYPES[k]
+                                                       or not isinstance(v, _TYPES[k]))]
+    return f"'{bad[0]}' has the wrong type" if bad else ""
 
 
 def _save_user(user_file: Path, entry: ModelEntry) -> None:
-    user_file = Path(user_file)
-    models = [d for d in _read_user(user_file) if d.get("id") != entry.id] + [asdict(entry)]
-    user_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = user_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"models": models}, indent=2), encoding="utf-8")
-    tmp.replace(user_file)
+    """Written whole under a unique temporary name (two processes adding at once never mix their bytes)."""
+    models = [d for d in _read_user_items(user_file) if not (isinstance(d, dict) and d.get("id") == entry.id)]
+    write_private(Path(user_file), json.dumps({"models": models + [asdict(entry)]}, indent=2))
