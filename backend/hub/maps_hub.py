@@ -14,8 +14,6 @@ backend/hub/get_maps.py (Get maps) catches it and fits the set here.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -202,45 +200,29 @@ def _fetch_set(staging: Path, final: Path, repo_id: str, commit: str, folder: st
 
 # --- publishing -------------------------------------------------------------------------------
 
-def manifest_files(manifest: dict) -> dict[str, str]:
-    """name -> sha256 of the files a manifest lists (accepts {"files": {name: sha}} or a list of
-    {"name"|"path"|"file": ..., "sha256": ...})."""
-    files = manifest.get("files")
-    if isinstance(files, dict):
-        return {str(k): (v if isinstance(v, str) else str(v.get("sha256", ""))) for k, v in files.items()}
-    out = {}
-    for item in files or []:
-        if isinstance(item, dict):
-            name = item.get("name") or item.get("path") or item.get("file")
-            if name:
-                out[str(name)] = str(item.get("sha256", ""))
-    return out
-
-
 def check_publishable(folder: Path) -> tuple[dict, dict[str, str]]:
-    """The manifest and its files, after local checks: present, hashes match, README.md not listed."""
+    """The manifest and its files (name -> sha256), after the checks a download will make: the manifest
+    map_format.read_manifest takes (plain .safetensors/.json names in the folder, so neither a path outside
+    it nor README.md, which the hub rewrites), every listed file a regular file (not a link) whose sha256 matches."""
+    from backend.ridgefill.map_format import FormatError, read_manifest, verify_files
+
     folder = Path(folder)
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = read_manifest(folder)
     except FileNotFoundError as exc:
         raise HubError(f"{folder} is not a map folder: it has no {MANIFEST}.") from exc
-    except ValueError as exc:
-        raise HubError(f"{folder}/{MANIFEST} is not valid JSON ({exc}).") from exc
-    if "split" not in manifest:
-        raise HubError(f"{folder}/{MANIFEST} has no 'split'; it is not a RidgeFill map manifest.")
-    files = manifest_files(manifest)
+    except (FormatError, TypeError, ValueError, RecursionError) as exc:  # read_manifest lets these escape on some malformed manifests
+        raise HubError(f"{folder}/{MANIFEST} cannot be published: {exc}. Fit the maps again, or fix the manifest.") from exc
+    files = manifest["files"]
     if not files:
         raise HubError(f"{folder}/{MANIFEST} lists no files.")
-    if any(Path(n).name.lower() == "readme.md" for n in files):
-        raise HubError("The manifest lists README.md, which the hub rewrites: a downloaded copy would never verify. "
-                       "Remove README.md from the manifest (docs are not part of a map set).")
-    for name, sha in files.items():
-        p = folder / name
-        if not p.is_file():
-            raise HubError(f"{name}, listed in the manifest, is missing from {folder}.")
-        if sha and hashlib.sha256(p.read_bytes()).hexdigest() != sha.lower():
-            raise HubError(f"{name} does not match its sha256 in the manifest; refit or copy the folder again.")
-    return manifest, files
+    links = [n for n in files if (folder / n).is_symlink()]
+    if links:
+        raise HubError(f"{links[0]}, listed in the manifest, is a link; copy the file itself into {folder}.")
+    problems = verify_files(folder, manifest)
+    if problems:
+        raise HubError(f"{folder}: {problems[0]}; refit or copy the folder again.")
+    return manifest, {str(k): str(v) for k, v in files.items()}
 
 
 def readme_text(repo_id: str, split: int, manifest: dict) -> str:
