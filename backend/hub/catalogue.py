@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
@@ -177,9 +177,9 @@ def _entry_problem(d) -> str:
     """Why `d` is not a user entry ("" when it is one): an object with a slug id and fields of the right types."""
     if not isinstance(d, dict) or not isinstance(d.get("id"), str) or slug(d["id"]) != d["id"]:
         return "no valid id"
-    for key in ("name", "architecture", "filename"):
-        if not isinstance(d.get(key), str):
-            return f"'{key}' is missing"
+    missing = [f.name for f in fields(ModelEntry) if f.default is MISSING and f.name not in d]
+    if missing:
+        return f"'{missing[0]}' is missing"
     bad = [k for k, v in d.items() if k in _TYPES and (isinstance(v, bool) and bool not in _TYPES[k]
                                                        or not isinstance(v, _TYPES[k]))]
     return f"'{bad[0]}' has the wrong type" if bad else ""
