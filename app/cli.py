@@ -15,6 +15,7 @@ from backend.protocol import AUTO_CTX
 # then the eval tooling's (listed in this order in --help).
 PRODUCT_COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
                     "fit_maps", "tune", "serve", "serve_load", "cache"]
+PRODUCT_COMMANDS += ["fuzz_readers"]  # hostile files against every file reader (app/commands/fuzz_readers.py)
 EVAL_COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup"]
 COMMAND_MODULES = ([f"app.commands.{name}" for name in PRODUCT_COMMANDS]
                    + [f"app.commands.evals.{name}" for name in EVAL_COMMANDS])
