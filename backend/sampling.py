@@ -113,7 +113,18 @@ def breakers_error(breakers) -> str:
         return f"a list of up to {MAX_BREAKERS} strings"
     if not all(isinstance(b, str) and 0 < len(b) <= MAX_BREAKER_CHARS for b in breakers):
         return f"a list of non-empty strings of up to {MAX_BREAKER_CHARS} characters"
+    if not all(is_text(b) for b in breakers):
+        return "a list of text strings (one has half a surrogate pair, which llama.cpp cannot take)"
     return ""
+
+
+def is_text(s: str) -> bool:
+    """False for a string with half a surrogate pair (JSON can escape one; UTF-8 cannot hold it)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 # (lowest, highest) of each field; None = unbounded. OpenAI's ranges where it has the parameter.
 RANGES: dict[str, tuple[float | None, float | None]] = {

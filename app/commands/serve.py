@@ -17,7 +17,7 @@ KEY_VARIABLE = "RIDGEFILL_API_KEY"
 
 
 def register(sub) -> None:
-    from app.server.api import DEFAULT_MAX_QUEUE
+    from app.server.api import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
     from app.server.runner import DEFAULT_HOST, DEFAULT_PORT
     from app.server.schema import DEFAULT_MAX_TOKENS
 
@@ -35,6 +35,14 @@ def register(sub) -> None:
                    help=f"answer length of a request that gives none (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests waiting or running at once; more get 503 (default {DEFAULT_MAX_QUEUE})")
+    p.add_argument("--queue-timeout", type=float, default=DEFAULT_QUEUE_TIMEOUT_S, metavar="SECONDS",
+                   help="a request the engine has not started on within this gets 503 (default "
+                        f"{DEFAULT_QUEUE_TIMEOUT_S:.0f})")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="answer requests for this Host name too (default: loopback names and --host); repeatable")
+    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of this origin (e.g. http://localhost:3000, or *) call the server; "
+                        "other pages get 403 (default none); repeatable")
     add_sampling_args(p)  # the sampling of a request that leaves it out
     p.set_defaults(func=run)
 
@@ -64,7 +72,9 @@ def run(args) -> int:
         info = gateway.wait_ready()
         sampling = sampling_from_args(args, info.sampling) if sampling_given(args) else None
         server = LocalServer(gateway, defaults=Defaults(args.mode, args.split, args.tail, args.max_tokens, sampling),
-                             host=args.host, port=args.port, api_key=args.api_key, max_queue=args.max_queue)
+                             host=args.host, port=args.port, api_key=args.api_key, max_queue=args.max_queue,
+                             extra_hosts=tuple(args.allowed_host), origins=tuple(args.allowed_origin),
+                             queue_timeout_s=args.queue_timeout)
         from app.server.api import model_id
 
         print(f"Serving {model_id(info)} ({info.n_layer} layers, context {info.n_ctx:,}) with the OpenAI API at "

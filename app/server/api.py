@@ -4,7 +4,11 @@ Routes: GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completi
 
 - One engine, one request at a time: requests are submitted in arrival order and the engine child
   serves them oldest first. At most `max_queue` requests wait or run at once; one more is turned away
-  with 503 and the queue length (the client may retry), so nothing waits unboundedly.
+  with 503 and the queue length (the client may retry), before its body is read. A request the engine
+  has not started within `queue_timeout_s` gets 503, one it stops sending for `stall_timeout_s` 504:
+  a stuck engine gives every client an error, not a hang.
+- Browsers: Host and Origin allow-lists (app/server/guards.py); bodies: JSON only, bounded in size and
+  time (app/server/body.py).
 - A client that goes away cancels its request: the engine stops at its next check (between prefill
   chunks or tokens) and takes the next one. The work done so far stays cached, like Stop in the chat.
 - Prefix reuse as in the chat: a request that starts with what the engine has cached (the same
@@ -25,12 +29,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.engine_protocol import CountRequest, CountResult, TaskCancelled, TaskDone, TaskEvent, TaskFailed, TaskKind
+from app.server.body import check_content_type, read_json
 from app.server.gateway import EngineGateway
+from app.server.guards import HostGuard, OriginGuard, allowed_hosts
 from app.server.schema import (
     ApiError,
     Defaults,
@@ -49,7 +56,10 @@ from backend.protocol import TokenEvent
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE = 16
-MAX_BODY_BYTES = 8 * 1024 * 1024  # a 128K-token prompt is about 0.5 MB of text
+# Waiting for the engine to start on a request: long enough for a full queue of long prefills on a slow CPU
+DEFAULT_QUEUE_TIMEOUT_S = 600.0
+# Silence from the engine while it runs a request: it sends a message per prefill chunk and per token
+DEFAULT_STALL_TIMEOUT_S = 120.0
 ENDS = (TaskDone, TaskFailed, TaskCancelled)
 
 
@@ -101,14 +111,20 @@ class ApiServer:
     """The app and what it keeps between requests: the key, the queue limit, the defaults, counters."""
 
     def __init__(self, gateway: EngineGateway, *, defaults: Defaults, api_key: str | None = None,
-                 max_queue: int = DEFAULT_MAX_QUEUE):
+                 max_queue: int = DEFAULT_MAX_QUEUE, hosts: list[str] | None = None, origins: list[str] = (),
+                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S):
+        """`hosts`: the Host names answered (default: loopback ones, guards.allowed_hosts); `origins`: the
+        browser origins allowed (default none)."""
         self.gateway = gateway
         self.defaults = defaults
         self.api_key = api_key or None
         self.max_queue = max(1, int(max_queue))
+        self.queue_timeout_s, self.stall_timeout_s = queue_timeout_s, stall_timeout_s
         self.in_flight = 0  # requests submitted to the engine and not ended there (waiting or running)
         self.stats: Counter = Counter()
         self.app = Starlette(
+            middleware=[Middleware(HostGuard, hosts=allowed_hosts("localhost") if hosts is None else list(hosts)),
+                        Middleware(OriginGuard, origins=list(origins))],
             routes=[
                 Route("/health", self.health, methods=["GET"]),
                 Route("/v1/models", self.models, methods=["GET"]),
@@ -168,23 +184,10 @@ class ApiServer:
         raise ApiError(404, f"The model '{wanted}' does not exist here; this server runs '{mid}' "
                        "(GET /v1/models).", param="model", code="model_not_found")
 
-    @staticmethod
-    async def _json(request: Request) -> Any:
-        size = int(request.headers.get("content-length") or 0)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"The request body has {size:,} bytes; at most {MAX_BODY_BYTES:,} are accepted.",
-                           code="request_too_large")
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > MAX_BODY_BYTES:
-                raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes.",
-                               code="request_too_large")
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"We could not parse the JSON body of your request ({exc}).",
-                           code="invalid_json") from None
+    def _check_room(self) -> None:
+        if self.in_flight >= self.max_queue:
+            raise ApiError(503, f"The server is busy: {self.in_flight} requests are waiting or running (at most "
+                           f"{self.max_queue}). Retry later.", type="server_error", code="queue_full")
 
     # ---- simple routes -----------------------------------------------------------------------------
     async def health(self, request: Request) -> JSONResponse:
@@ -227,21 +230,21 @@ class ApiServer:
 
     async def _complete(self, request: Request, *, chat: bool) -> Response:
         self._check_key(request)
+        check_content_type(request)
         info = self._ready()
-        body = await self._json(request)
+        self._check_room()  # before the body is read: a full queue costs the client no upload
+        body = await read_json(request)
         p = parse_request(body, chat=chat, defaults=self.defaults, n_layer=info.n_layer,
                           recommended=getattr(info, "sampling", ()))
         mid = self._check_model(p.model, info)
-        if self.in_flight >= self.max_queue:
-            raise ApiError(503, f"The server is busy: {self.in_flight} requests are waiting or running (at most "
-                           f"{self.max_queue}). Retry later.", type="server_error", code="queue_full")
+        self._check_room()  # again: others may have been queued while this body arrived
         self.stats["requests"] += 1
         self.in_flight += 1
         run = EngineRun(self.gateway, TaskKind.COMPLETE, p.request, on_end=self._ended)
         watcher = asyncio.create_task(self._watch_disconnect(request, run))
         rid, created, t0 = new_id(chat), int(time.time()), time.perf_counter()
         try:
-            first = await run.get()
+            first = await self._next(run, queued=True)
             if isinstance(first, TaskFailed):
                 raise await self._failure(first, p)
             if isinstance(first, TaskCancelled) or run.client_gone:
@@ -256,6 +259,22 @@ class ApiServer:
             if watcher is not None:
                 watcher.cancel()
                 run.cancel()  # a no-op once the task ended
+
+    async def _next(self, run: EngineRun, *, queued: bool = False):
+        """The run's next message; ApiError 503 (`queued`: its first, the engine has not started on it) or 504
+        (silent while running) when none comes in time, the task cancelled. Its queue slot stays held until the
+        engine ends the task, so a stuck engine fills the queue and later requests get 503 at once."""
+        timeout = self.queue_timeout_s if queued else self.stall_timeout_s
+        try:
+            return await asyncio.wait_for(run.get(), timeout)
+        except TimeoutError:
+            run.cancel()
+            if queued:
+                raise ApiError(503, f"The engine did not start on this request within {timeout:.0f} s (it is busy "
+                               "with earlier requests or stuck). Retry later.", type="server_error",
+                               code="queue_timeout") from None
+            raise ApiError(504, f"The engine sent nothing for {timeout:.0f} s while answering; the request was "
+                           "stopped. Retry later.", type="server_error", code="engine_timeout") from None
 
     async def _watch_disconnect(self, request: Request, run: EngineRun) -> None:
         """Cancel the engine task when the client closes the connection (waiting, prefilling or decoding)."""
@@ -304,7 +323,7 @@ class ApiServer:
                 raise await self._failure(msg, p)
             elif isinstance(msg, TaskCancelled):
                 return Response(status_code=499)
-            msg = await run.get()
+            msg = await self._next(run)
 
     async def _stream(self, p: Parsed, run: EngineRun, msg, watcher: asyncio.Task, rid: str, mid: str,
                       created: int, t0: float):
@@ -345,7 +364,10 @@ class ApiServer:
                     return
                 elif isinstance(msg, TaskCancelled):
                     return
-                msg = await run.get()
+                msg = await self._next(run)
+        except ApiError as err:  # the engine went silent mid-answer: the status line has gone, so say it here
+            self.stats[f"rejected_{err.status}"] += 1
+            yield sse(err.body)
         finally:
             watcher.cancel()
             if run.end is None:  # the client went away mid-stream (the generator was closed): free the engine

@@ -10,8 +10,9 @@ import time
 
 import uvicorn
 
-from app.server.api import DEFAULT_MAX_QUEUE, ApiServer
+from app.server.api import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S, ApiServer
 from app.server.gateway import EngineGateway
+from app.server.guards import allowed_hosts
 from app.server.schema import Defaults
 from backend.errors import RidgeFillError
 
@@ -19,6 +20,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+# Connections and requests uvicorn takes at once before it answers 503 itself: the queue's requests, plus room
+# for /health, /v1/models and the idle keep-alive connections of pooled clients (uvicorn counts those too)
+MIN_CONCURRENCY = 64
 
 
 class ServerConfigError(RidgeFillError):
@@ -77,14 +81,20 @@ class LocalServer:
     it on the calling thread until Ctrl-C; stop() stops the thread. The gateway is not closed here."""
 
     def __init__(self, gateway: EngineGateway, *, defaults: Defaults, host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE):
+                 port: int = DEFAULT_PORT, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
+                 extra_hosts: tuple[str, ...] = (), origins: tuple[str, ...] = (),
+                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S):
+        """`extra_hosts`: Host names answered besides loopback and `host`; `origins`: browser origins allowed."""
         check_bind(host, api_key)
-        self.api = ApiServer(gateway, defaults=defaults, api_key=api_key, max_queue=max_queue)
+        self.api = ApiServer(gateway, defaults=defaults, api_key=api_key, max_queue=max_queue,
+                             hosts=allowed_hosts(host, extra_hosts), origins=list(origins),
+                             queue_timeout_s=queue_timeout_s)
         self.host = host
         self._sock = bind_socket(host, port)
         self.port = self._sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(
             self.api.app, log_config=None, log_level="warning", access_log=False, lifespan="off",
+            limit_concurrency=max(MIN_CONCURRENCY, 4 * self.api.max_queue),
             timeout_graceful_shutdown=3))  # log_config=None: the app's logging set-up stays as it is
         self._thread: threading.Thread | None = None
 

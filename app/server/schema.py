@@ -12,6 +12,9 @@ ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made ex
 """
 from __future__ import annotations
 
+import json
+import math
+import reprlib
 import secrets
 import time
 from dataclasses import dataclass, field, replace
@@ -22,7 +25,15 @@ from backend.sampling import RANGES, SamplingParams, breakers_error, model_defau
 
 DEFAULT_MAX_TOKENS = 512  # when a request gives none (OpenAI's own default is "up to the context")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_STOP_CHARS = 256  # each is matched against the answer's end at every token: a long one would stall the loop
+# Size-like fields beyond any context the app runs (128K tokens) are mistakes or attacks, refused rather than sent on
+MAX_TOKEN_COUNT = 1_048_576
+MAX_LAYERS = 1_024  # split's bound when the model's layer count is not known
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+UNSUPPORTED = ("logprobs", "echo", "tools", "functions")
+_SHOWN = reprlib.Repr()  # a value in an error message: short, and safe on deeply nested lists
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlevel = 2
 
 
 class ApiError(Exception):
@@ -59,33 +70,71 @@ class Parsed:
 
 
 # ---- parsing ---------------------------------------------------------------------------------------
+def shown(value: Any) -> str:
+    return _SHOWN.repr(value)
+
+
+def _no_constant(name: str):
+    raise ApiError(400, f"The JSON body has {name}, which is not a number; send a finite number.",
+                   code="invalid_json")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _no_constant(text)
+    return value
+
+
+def decode_body(raw: bytes) -> Any:
+    """A request body -> its JSON value; ApiError(400) for anything that is not JSON with finite numbers."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ApiError(400, "The JSON body is nested too deeply to read; send a flatter object.",
+                       code="invalid_json") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"We could not parse the JSON body of your request ({shown(str(exc))}).",
+                       code="invalid_json") from None
+
+
 def _num(body: dict, name: str, kind: type, default, lo=None, hi=None):
     value = body.get(name)
     if value is None:
         return default
     ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
     if isinstance(value, bool) or not ok:
-        raise ApiError(400, f"'{name}' must be {'a number' if kind is float else 'an integer'}, not {value!r}.",
-                       param=name, code="invalid_type")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ApiError(400, f"'{name}' must be {'a number' if kind is float else 'an integer'}, not "
+                       f"{shown(value)}.", param=name, code="invalid_type")
+    if (lo is not None and not value >= lo) or (hi is not None and not value <= hi):  # `not`: NaN fails too
         rng = f"{lo} to {hi}" if hi is not None else f"at least {lo}"
-        raise ApiError(400, f"'{name}' must be {rng}, not {value!r}.", param=name, code="invalid_value")
+        raise ApiError(400, f"'{name}' must be {rng}, not {shown(value)}.", param=name, code="invalid_value")
     return kind(value)
+
+
+def _utf8(text: str, where: str) -> str:
+    """`text` if it is text: a JSON string may escape half a surrogate pair, which the tokenizer cannot take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"{where} has half a surrogate pair ({text[exc.start]!a}) at character {exc.start:,}; "
+                       "send valid Unicode text.", param=where, code="invalid_value") from None
+    return text
 
 
 def _text(content: Any, where: str) -> str:
     """A message's content: a string, or a list of text parts (images and audio are not supported)."""
     if isinstance(content, str):
-        return content
+        return _utf8(content, where)
     if isinstance(content, list):
         parts = []
         for part in content:
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise ApiError(400, f"{where}: only text content parts are supported, not {kind!r}.",
+                raise ApiError(400, f"{where}: only text content parts are supported, not {shown(kind)}.",
                                param=where, code="invalid_value")
             parts.append(part["text"])
-        return "".join(parts)
+        return _utf8("".join(parts), where)
     raise ApiError(400, f"{where}.content must be a string or a list of text parts.", param=where, code="invalid_type")
 
 
@@ -99,9 +148,10 @@ def _messages(body: dict) -> list[ChatMessage]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with 'role' and 'content'.", param=where, code="invalid_type")
-        role = CHAT_ROLES.get(m.get("role"))
+        given = m.get("role")
+        role = CHAT_ROLES.get(given) if isinstance(given, str) else None
         if role is None:
-            raise ApiError(400, f"{where}.role {m.get('role')!r} is not supported; use one of "
+            raise ApiError(400, f"{where}.role {shown(given)} is not supported; use one of "
                            f"{', '.join(CHAT_ROLES)}.", param=f"{where}.role", code="invalid_value")
         out.append(ChatMessage(role, _text(m.get("content"), where)))
     return out
@@ -117,7 +167,7 @@ def _prompt(body: dict) -> str:
                        code="missing_required_parameter" if prompt is None else "invalid_value")
     if not prompt:
         raise ApiError(400, "'prompt' is empty.", param="prompt", code="invalid_value")
-    return prompt
+    return _utf8(prompt, "prompt")
 
 
 def _stop(body: dict) -> list[str]:
@@ -125,10 +175,12 @@ def _stop(body: dict) -> list[str]:
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP:
-        raise ApiError(400, f"'stop' must be a non-empty string or a list of up to {MAX_STOP} of them.",
+    if (not isinstance(stops, list) or len(stops) > MAX_STOP
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops)):
+        raise ApiError(400, f"'stop' must be a non-empty string of up to {MAX_STOP_CHARS} characters or a list of "
+                       f"up to {MAX_STOP} of them.",
                        param="stop", code="invalid_value")
-    return list(stops)
+    return [_utf8(s, "stop") for s in stops]
 
 
 def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
@@ -142,12 +194,12 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
         raise ApiError(400, f"unknown 'ridgefill' option(s): {', '.join(sorted(unknown))}; known: mode, split, "
                        "tail, quality_share, reuse_prefix.", param="ridgefill", code="invalid_value")
     mode = opts.get("mode", defaults.mode)
-    if mode not in MODES:
-        raise ApiError(400, f"ridgefill.mode {mode!r} is not one of {', '.join(MODES)}.", param="ridgefill.mode",
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ApiError(400, f"ridgefill.mode {shown(mode)} is not one of {', '.join(MODES)}.", param="ridgefill.mode",
                        code="invalid_value")
-    hi = n_layer - 1 if n_layer else None
+    hi = n_layer - 1 if n_layer else MAX_LAYERS
     split = _num(opts, "split", int, defaults.split, 1, hi)
-    tail = _num(opts, "tail", int, defaults.tail, 0)
+    tail = _num(opts, "tail", int, defaults.tail, 0, MAX_TOKEN_COUNT)
     share = _num(opts, "quality_share", float, None, 0.0, 1.0)
     reuse = opts.get("reuse_prefix", True)
     if not isinstance(reuse, bool):
@@ -187,12 +239,14 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
     if n != 1:
         raise ApiError(400, "'n' must be 1: one engine answers one choice per request.", param="n",
                        code="invalid_value")
-    if body.get("logprobs") not in (None, False, 0) or body.get("echo") or body.get("tools") or body.get("functions"):
-        bad = next(k for k in ("logprobs", "echo", "tools", "functions") if body.get(k) not in (None, False, 0, []))
+    # logprobs may be false or 0; echo, tools and functions anything empty (what clients send for "none")
+    bad = next((k for k in UNSUPPORTED if (body.get(k) not in (None, False, 0) if k == "logprobs" else body.get(k))),
+               None)
+    if bad is not None:
         raise ApiError(400, f"'{bad}' is not supported by this server.", param=bad, code="unsupported_parameter")
-    max_tokens = _num(body, "max_completion_tokens", int, None, 1)
+    max_tokens = _num(body, "max_completion_tokens", int, None, 1, MAX_TOKEN_COUNT)
     if max_tokens is None:
-        max_tokens = _num(body, "max_tokens", int, defaults.max_tokens, 1)
+        max_tokens = _num(body, "max_tokens", int, defaults.max_tokens, 1, MAX_TOKEN_COUNT)
     sampling = _sampling(body, defaults.sampling or model_defaults(dict(recommended))[0])
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
