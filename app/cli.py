@@ -14,7 +14,7 @@ from backend.protocol import AUTO_CTX
 # One module per command; each adds its own sub-parser and sets `func`. The product's commands first,
 # then the eval tooling's (listed in this order in --help).
 PRODUCT_COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
-                    "fit_maps", "tune", "serve", "serve_load", "cache"]
+                    "fit_maps", "tune", "serve", "serve_load", "fuzz_server", "cache"]
 PRODUCT_COMMANDS += ["fuzz_readers"]  # hostile files against every file reader (app/commands/fuzz_readers.py)
 EVAL_COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup"]
 COMMAND_MODULES = ([f"app.commands.{name}" for name in PRODUCT_COMMANDS]
