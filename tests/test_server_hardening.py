@@ -245,3 +245,17 @@ def test_a_child_that_breaks_a_message_is_an_engine_crash(monkeypatch, target, s
     assert not reader.is_alive(), "the parent's reader is blocked on the cut message"
     assert got and isinstance(got[0], EngineFatal) and said in got[0].message, got
     assert proc._proc is None  # the child is gone (the garbled one was killed)
+
+
+def test_hostile_clients_each_get_their_4xx_from_the_real_server():
+    from app.server.hostile import run_hostile
+    from app.server.runner import LocalServer
+
+    srv = LocalServer(FakeGateway(), defaults=Defaults("off", sampling=GREEDY), port=0).start()
+    try:
+        stop = threading.Event()
+        threading.Timer(0.1, stop.set).start()  # one round of every case (a round takes longer)
+        s = run_hostile(srv.url, stop, timeout=20).summary()
+        assert s["sent"] >= 8 and s["unexpected"] == {} and s["server_errors"] == 0, s
+    finally:
+        srv.stop()

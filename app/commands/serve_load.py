@@ -16,17 +16,42 @@ def register(sub) -> None:
                         "limit's 503 is exercised too)")
     p.add_argument("--latency-repeats", type=int, default=5,
                    help="the started server: requests timed through HTTP and straight to the engine (0: skip)")
+    p.add_argument("--hostile", action="store_true",
+                   help="mix in hostile clients (oversized, NaN, deeply nested, cross-origin, rebound Host, "
+                        "text/plain, disconnecting mid-stream): each must get its 4xx, none a 5xx")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from app.server.load import added_latency, report_lines, run_load
+def load_with_hostile(url: str, args):
+    """run_load, with the hostile clients on a thread beside it when asked: (report, hostile summary or None)."""
+    import threading
 
-    latency = None
+    from app.server.hostile import run_hostile
+    from app.server.load import run_load
+
+    stop, box = threading.Event(), {}
+    thread = threading.Thread(target=lambda: box.update(h=run_hostile(url, stop)), name="hostile", daemon=True)
+    if args.hostile:
+        thread.start()
+    try:
+        report = run_load(url, clients=args.clients, requests=args.requests, max_tokens=args.max_tokens,
+                          api_key=args.api_key)
+    finally:
+        stop.set()
+    if not args.hostile:
+        return report, None
+    thread.join(120)
+    return report, box["h"].summary() if "h" in box else {"sent": 0, "unfinished": True}
+
+
+def run(args) -> int:
+    from app.server.load import added_latency, report_lines
+
+    latency = hostile = None
+    restarts = 0
     if args.url:
-        report = run_load(args.url.rstrip("/"), clients=args.clients, requests=args.requests,
-                          max_tokens=args.max_tokens, api_key=args.api_key)
+        report, hostile = load_with_hostile(args.url.rstrip("/"), args)
     else:
         from app.commands.serve import DEFAULT_MODE, engine_settings
         from app.server.gateway import ProcessGateway
@@ -35,10 +60,11 @@ def run(args) -> int:
 
         gateway = ProcessGateway(engine_settings(args)).start()
         try:
-            gateway.wait_ready()
+            pid = gateway.wait_ready().pid
             server = LocalServer(gateway, defaults=Defaults(DEFAULT_MODE), port=0, max_queue=args.max_queue).start()
             try:
-                report = run_load(server.url, clients=args.clients, requests=args.requests, max_tokens=args.max_tokens)
+                report, hostile = load_with_hostile(server.url, args)
+                restarts = int(gateway.info is None or gateway.info.pid != pid)  # a request restarted the engine
                 if args.latency_repeats > 0:
                     latency = added_latency(server.url, gateway, repeats=args.latency_repeats,
                                             max_tokens=args.max_tokens)
@@ -48,7 +74,13 @@ def run(args) -> int:
             gateway.close()
     summary = report.summary()
     if args.json:
-        print(json.dumps({**summary, "added_latency": latency}, indent=1))
+        print(json.dumps({**summary, "added_latency": latency, "hostile": hostile, "engine_restarted": restarts},
+                         indent=1))
     else:
         print("\n".join(report_lines(summary, latency)))
-    return 0 if summary["lost"] == 0 and summary["healthy_after"] else 1
+        if hostile is not None:
+            print(f"hostile clients: {hostile.get('sent')} sent, {hostile.get('as_expected')} got their 4xx "
+                  f"(or were cancelled), unexpected {hostile.get('unexpected') or 'none'}; engine restarted: "
+                  f"{'yes' if restarts else 'no'}")
+    bad = hostile is not None and (hostile.get("unexpected") or hostile.get("unfinished"))
+    return 0 if summary["lost"] == 0 and summary["healthy_after"] and not bad and not restarts else 1
