@@ -114,7 +114,7 @@ def _refusal(p: Path, exc: Exception) -> ModelFileError:
     if isinstance(exc, ModelFileError):
         return exc
     if isinstance(exc, _NotReadable):
-        return ModelFileError(f"{p.name}: {exc}. Choose another file.")
+        return ModelFileError(f"{p.name} {exc}. Or choose another file.")
     return ModelFileError(f"{p.name} is damaged or truncated ({type(exc).__name__}: {exc}). "
                           "Download it again or choose another file.")
 
@@ -325,8 +325,12 @@ def _walk(buf) -> tuple[dict, dict, int, int]:
     if version not in READER_SUPPORTED_VERSIONS:
         if struct.unpack(">I", struct.pack("<I", version))[0] in READER_SUPPORTED_VERSIONS:
             raise _Unsupported("a big-endian file")
-        raise _NotReadable(f"GGUF version {version} is not one this app reads (versions 2 and 3); "
-                           "convert the model again with a current llama.cpp")
+        if version == 1:
+            raise _NotReadable("is GGUF version 1, which this app does not read (versions 2 and 3); "
+                               "convert the model again with a current llama.cpp")
+        if 3 < version < 256:
+            raise _NotReadable(f"is GGUF version {version}, newer than this app reads (versions 2 and 3); update the app")
+        raise ValueError(f"the header's version field reads {version}")  # not a version: a damaged file
     n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
     pos, scalars = 24, _scalar_formats()
     if n_kv > (len(buf) - pos) // 12:  # a pair takes at least 12 bytes (key length, value type)
