@@ -81,3 +81,10 @@ def test_a_reader_that_raises_is_a_finding_not_a_stop(monkeypatch, broken):
     monkeypatch.setitem(fuzz_readers.CHECKS, broken, bug)
     stats = fuzz_readers.run_reader(broken, 15, [b"GGUF"])
     assert stats["inputs"] == 15 and list(stats["findings"].values())[0]["count"] == 15
+
+
+def test_a_reader_stops_when_its_minutes_are_spent():
+    from app.commands import fuzz_readers
+
+    stats = fuzz_readers.run_reader("settings", 10**6, [b"GGUF"], minutes=0.01)
+    assert stats.get("out_of_time") and 0 < stats["inputs"] < 10**6

@@ -210,6 +210,10 @@ MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2
 
 # --- the readers and what each may answer --------------------------------------------------------
 
+class OutOfTime(BaseException):
+    """The reader's time budget is spent (a BaseException: Hypothesis stops at once, as for Ctrl-C)."""
+
+
 class KnownUnbounded(Exception):
     """An input not run because it is a reported finding that would exhaust memory (see run_manifest)."""
 
@@ -358,8 +362,9 @@ def finding_key(exc: BaseException) -> str:
     return f"{type(exc).__name__} at {where}"
 
 
-def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0) -> dict:
-    """Feed `examples` inputs to one reader; never stops at a finding: counts it, keeps one input of each."""
+def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minutes: float = 0) -> dict:
+    """Feed `examples` inputs to one reader (fewer when `minutes` run out first); never stops at a finding:
+    counts it, keeps one input of each."""
     import shutil
 
     from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
@@ -367,12 +372,15 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0) -> d
     stats = {"inputs": 0, "outcomes": {}, "findings": {}, "known": 0, "slowest_s": 0.0, "slow": 0}
     work = Path(tempfile.mkdtemp(prefix=f"ridgefill-fuzz-{name}-"))
     check = CHECKS[name]
+    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
 
     @hseed(seed)
     @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(strategies(seeds)[name])
     def one(data) -> None:
+        if time.monotonic() > deadline:
+            raise OutOfTime
         started = time.perf_counter()
         try:
             outcome = check(data, work)
@@ -395,6 +403,8 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0) -> d
 
     try:
         one()
+    except OutOfTime:
+        stats["out_of_time"] = True
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return stats
@@ -409,6 +419,7 @@ def register(sub) -> None:
     p.add_argument("--examples", type=int, default=1000, help="inputs per reader (default 1000)")
     p.add_argument("--reader", action="append", choices=sorted(CHECKS), help="only this reader (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (the same seed gives the same inputs)")
+    p.add_argument("--minutes", type=float, default=0, help="stop each reader after this long (default: no limit)")
     p.set_defaults(func=run)
 
 
@@ -426,13 +437,14 @@ def run(args) -> int:
     findings = 0
     for name in args.reader or list(CHECKS):
         started = time.perf_counter()
-        stats = run_reader(name, args.examples, seeds, args.seed)
+        stats = run_reader(name, args.examples, seeds, args.seed, args.minutes)
         findings += sum(f["count"] for f in stats["findings"].values())
         outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(stats["outcomes"].items()))
         print(f"{name}: {stats['inputs']:,} inputs in {time.perf_counter() - started:,.0f} s ({outcomes}); "
               f"{sum(f['count'] for f in stats['findings'].values()):,} unhandled exceptions; "
               f"slowest input {stats['slowest_s'] * 1000:,.0f} ms, {stats['slow']} over {SLOW_S:.0f} s; "
-              f"peak RSS so far {peak_rss_mb():,.0f} MB", flush=True)
+              f"peak RSS so far {peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""),
+              flush=True)
         for key, f in stats["findings"].items():
             print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
     return 1 if findings else 0
