@@ -307,23 +307,25 @@ def _metadata(buf) -> dict:
     return _walk(buf)[0]
 
 
-def _string(buf, at: int, errors: str = "replace") -> tuple[str, int]:
+def _string(buf, at: int, errors: str = "replace", order: str = "<") -> tuple[str, int]:
     """A GGUF string at `at` and where it ends; its length is checked against the file before any copy."""
-    n = struct.unpack_from("<Q", buf, at)[0]
+    n = struct.unpack_from(order + "Q", buf, at)[0]
     if n > len(buf) - at - 8:
         raise ValueError(f"a string at byte {at:,} claims {n:,} bytes, past the end of the file")
     return bytes(buf[at + 8:at + 8 + n]).decode("utf-8", errors=errors), at + 8 + n
 
 
-def _walk(buf) -> tuple[dict, dict, int, int]:
+def _walk(buf, order: str = "<") -> tuple[dict, dict, int, int]:
     """(values, the byte span of each key-value pair, where the tensor table starts, the tensor count) of
-    a little-endian GGUF v2/v3 file; arrays are GGUFArray. A damaged file raises ValueError or struct.error."""
+    a GGUF v2/v3 file in byte `order`; arrays are GGUFArray. A damaged file raises ValueError or struct.error;
+    a big-endian one is walked (so checked) and then left to gguf's reader (_Unsupported)."""
     from gguf.constants import GGUFValueType as T
     from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
-    version = struct.unpack_from("<I", buf, 4)[0]
+    version = struct.unpack_from(order + "I", buf, 4)[0]
     if version not in READER_SUPPORTED_VERSIONS:
-        if struct.unpack(">I", struct.pack("<I", version))[0] in READER_SUPPORTED_VERSIONS:
+        if order == "<" and struct.unpack(">I", struct.pack("<I", version))[0] in READER_SUPPORTED_VERSIONS:
+            _walk(buf, ">")  # the same checks first: gguf's reader loops for ever on an array count past the end
             raise _Unsupported("a big-endian file")
         if version == 1:
             raise _NotReadable("is GGUF version 1, which this app does not read (versions 2 and 3); "
@@ -331,7 +333,7 @@ def _walk(buf) -> tuple[dict, dict, int, int]:
         if 3 < version < 256:
             raise _NotReadable(f"is GGUF version {version}, newer than this app reads (versions 2 and 3); update the app")
         raise ValueError(f"the header's version field reads {version}")  # not a version: a damaged file
-    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
+    n_tensors, n_kv = struct.unpack_from(order + "QQ", buf, 8)
     pos, scalars = 24, _scalar_formats()
     if n_kv > (len(buf) - pos) // 12:  # a pair takes at least 12 bytes (key length, value type)
         raise ValueError(f"the header claims {n_kv:,} metadata pairs, more than the file can hold")
@@ -339,21 +341,21 @@ def _walk(buf) -> tuple[dict, dict, int, int]:
     spans: dict[str, tuple[int, int]] = {}
     for _ in range(n_kv):
         begin = pos
-        key, pos = _string(buf, pos)
-        vtype = struct.unpack_from("<I", buf, pos)[0]
+        key, pos = _string(buf, pos, order=order)
+        vtype = struct.unpack_from(order + "I", buf, pos)[0]
         pos += 4
         if vtype in scalars:
-            out[key] = struct.unpack_from(scalars[vtype], buf, pos)[0]
+            out[key] = struct.unpack_from(order + scalars[vtype], buf, pos)[0]
         elif vtype == T.STRING:
-            out[key], _ = _string(buf, pos)
+            out[key], _ = _string(buf, pos, order=order)
         elif vtype == T.ARRAY:
-            out[key] = GGUFArray(struct.unpack_from("<IQ", buf, pos)[1])
-        pos = _skip(buf, vtype, pos)
+            out[key] = GGUFArray(struct.unpack_from(order + "IQ", buf, pos)[1])
+        pos = _skip(buf, vtype, pos, order)
         spans[key] = (begin, pos)
     return out, spans, pos, n_tensors
 
 
-def _skip(buf, vtype: int, at: int) -> int:
+def _skip(buf, vtype: int, at: int, order: str = "<") -> int:
     """Where the value of type `vtype` at `at` ends. Nested arrays are walked with a stack of the arrays
     still open (a file cannot make this recurse), at most MAX_NESTING deep."""
     from gguf.constants import GGUFValueType as T
@@ -367,12 +369,12 @@ def _skip(buf, vtype: int, at: int) -> int:
             continue
         etype = top[0]
         if etype in scalars:  # the rest of this array at once
-            at, top[1] = _advance(buf, at, top[1] * struct.calcsize(scalars[etype])), 0
+            at, top[1] = _advance(buf, at, top[1] * struct.calcsize("<" + scalars[etype])), 0
         elif etype == T.STRING:
-            n = struct.unpack_from("<Q", buf, at)[0]
+            n = struct.unpack_from(order + "Q", buf, at)[0]
             at, top[1] = _advance(buf, at, 8 + n), top[1] - 1
         elif etype == T.ARRAY:
-            inner, count = struct.unpack_from("<IQ", buf, at)
+            inner, count = struct.unpack_from(order + "IQ", buf, at)
             at, top[1] = _advance(buf, at, 12), top[1] - 1
             if len(open_arrays) > MAX_NESTING:
                 raise ValueError(f"arrays nested more than {MAX_NESTING} deep at byte {at:,}")
@@ -395,14 +397,14 @@ def _min_size(vtype: int) -> int:
     from gguf.constants import GGUFValueType as T
 
     if vtype in _scalar_formats():
-        return struct.calcsize(_scalar_formats()[vtype])
+        return struct.calcsize("<" + _scalar_formats()[vtype])
     return {T.STRING: 8, T.ARRAY: 12}.get(vtype, 1)
 
 
 @functools.cache
 def _scalar_formats() -> dict:
-    """struct formats of the scalar value types (gguf is imported only when a file is read)."""
+    """struct codes of the scalar value types, without byte order (gguf is imported only when a file is read)."""
     from gguf.constants import GGUFValueType as T
 
-    return {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
-            T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}
+    return {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I", T.INT32: "i",
+            T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q", T.FLOAT64: "d"}

@@ -9,6 +9,7 @@ import logging
 import struct
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -295,3 +296,19 @@ def test_read_manifest_memory_is_bounded_by_the_file(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 5_000_000, f"{peak:,} bytes for a {len(json.dumps(MANIFEST_TEMPLATE))}-byte manifest"
+
+
+def test_a_big_endian_file_with_an_array_count_past_the_end_is_refused_quickly(tmp_path):
+    """gguf's own reader (still used for big-endian files) loops for ever on such a count, growing its
+    lists: the header walk checks the file in its byte order first. Run in a child so a hang is a failure."""
+    import subprocess
+    import sys
+
+    _, big, _ = seed_ggufs(tmp_path)
+    at = big.index(b"tokenizer.ggml.scores") + len(b"tokenizer.ggml.scores")
+    p = write(tmp_path, big[:at + 4] + struct.pack(">IQ", 0, 2**40) + big[at + 16:], "lying.gguf")
+    code = ("import sys; from backend.model_file import read_model_header\n"
+            "try: read_model_header(sys.argv[1])\nexcept Exception as e: print(type(e).__name__, e)")
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.stdout.startswith("ModelFileError lying.gguf is damaged") and "elements" in r.stdout, r.stdout + r.stderr
