@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+import backend.hub.maps_hub  # noqa: F401  imported here, not in the first example's deadline (torch)
+import backend.ridgefill.map_format  # noqa: F401
 from app.commands.fuzz_readers import CHECKS, KnownUnbounded, finding_key, seed_ggufs, strategies
 
 with tempfile.TemporaryDirectory() as _tmp:
@@ -88,3 +90,15 @@ def test_a_reader_stops_when_its_minutes_are_spent():
 
     stats = fuzz_readers.run_reader("settings", 10**6, [b"GGUF"], minutes=0.01)
     assert stats.get("out_of_time") and 0 < stats["inputs"] < 10**6
+
+
+def test_an_input_that_hangs_is_a_finding_and_the_run_goes_on(monkeypatch):
+    import time
+
+    from app.commands import fuzz_readers
+
+    monkeypatch.setitem(fuzz_readers.CHECKS, "gguf", lambda data, work: time.sleep(30))
+    started = time.monotonic()
+    stats = fuzz_readers.run_reader("gguf", 3, [b"GGUF"], input_s=0.2)
+    assert time.monotonic() - started < 10 and stats["inputs"] == 3
+    assert [(k.split()[0], f["count"]) for k, f in stats["findings"].items()] == [("Hang", 3)]

@@ -1,9 +1,7 @@
-"""`python -m app fuzz-readers [--examples N] [--reader NAME]`: hostile and damaged files against every
-file reader, with Hypothesis (a test extra): the GGUF header walk, a map folder's manifest, settings,
-conversations and the user's model list. Each input must give a clean result or the reader's own
-documented error; anything else is a finding, printed with its input. tests/test_fuzz_readers.py runs the
-same readers and inputs briefly in the suite.
-"""
+"""`python -m app fuzz-readers [--examples N] [--reader NAME]`: Hypothesis (a test extra) feeds hostile and
+damaged files to the GGUF header walk, a map manifest, settings, conversations and the user's model list.
+Each input must give a clean result or the reader's documented error; anything else is a finding, printed
+with its input. tests/test_fuzz_readers.py runs the same briefly in the suite."""
 from __future__ import annotations
 
 import json
@@ -21,7 +19,7 @@ GGUF_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h
               "f64": (12, "<d")}
 STRING, ARRAY = 8, 9
 EDGES = [0, 1, 2, 3, 4, 5, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
-SLOW_S = 1.0  # an input that takes longer than this is reported as a hang candidate
+INPUT_S = 10  # an input still running after this many seconds is a Hang finding
 
 
 # --- GGUF bytes ---------------------------------------------------------------------------------
@@ -33,8 +31,7 @@ def gguf_string(text: bytes, claimed: int | None = None) -> bytes:
 
 def gguf_bytes(kvs: list[tuple[bytes, int, bytes]], tensors: list[bytes] = (), version: int = 3,
                n_kv: int | None = None, n_tensors: int | None = None, tail: bytes = b"") -> bytes:
-    """A little-endian GGUF file: `kvs` as (encoded key, value type, encoded value), tensor-table entries
-    already encoded; the counts may lie."""
+    """A little-endian GGUF: (encoded key, value type, encoded value) pairs, encoded tensor entries; counts may lie."""
     head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
                                  len(kvs) if n_kv is None else n_kv)
     return head + b"".join(k + struct.pack("<I", t) + v for k, t, v in kvs) + b"".join(tensors) + tail
@@ -60,8 +57,7 @@ def tensor_entry(name: bytes, dims: list[int], ggml_type: int = 0, offset: int =
 
 
 def seed_ggufs(folder: Path) -> list[bytes]:
-    """Small real GGUF files written by the gguf package (as tests/tiny_gguf.py does): little- and
-    big-endian, with a vocabulary, sampling keys, nested arrays and tensors of plain and quantized types."""
+    """Small real GGUF files by the gguf package (as tests/tiny_gguf.py): little- and big-endian, nested arrays."""
     import gguf
     import numpy as np
 
@@ -83,10 +79,8 @@ def seed_ggufs(folder: Path) -> list[bytes]:
             w.add_tensor("small.int8", np.arange(64, dtype=np.int8).reshape(2, 32))
         w.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(2, 32))
         w.add_tensor("output_norm.weight", np.ones(32, dtype=np.float16))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+            step()
         out.append(path.read_bytes())
     return out
 
@@ -118,11 +112,8 @@ def strategies(seeds: list[bytes]) -> dict:
             return key, ARRAY, nested_array(draw(st.integers(1, 3000)))
         if kind == "odd":
             return key, draw(st.integers(13, 2**32 - 1)), draw(st.binary(max_size=16))
-        value = draw(st.floats(width=32 if kind == "f32" else 64)) if kind in ("f32", "f64") else \
-            draw(st.integers(0, 1)) if kind == "bool" else draw(numbers) % 2**(8 * struct.calcsize(GGUF_TYPES[kind][1]))
-        signed = kind.startswith("i") and value >= 2**(8 * struct.calcsize(GGUF_TYPES[kind][1]) - 1)
-        return key, GGUF_TYPES[kind][0], struct.pack(GGUF_TYPES[kind][1],
-                                                     value - 2**(8 * struct.calcsize(GGUF_TYPES[kind][1])) if signed else value)
+        size = struct.calcsize(GGUF_TYPES[kind][1])  # any bit pattern: NaN, infinities, negative counts
+        return key, GGUF_TYPES[kind][0], draw(st.binary(min_size=size, max_size=size))
 
     @st.composite
     def model_number(draw):
@@ -171,11 +162,10 @@ def strategies(seeds: list[bytes]) -> dict:
 
 
 def json_strategies(st) -> dict:
-    """Inputs for the JSON readers: any JSON (NaN, deep nesting), the right shape with wrong values,
-    text that is not JSON, bytes that are not UTF-8."""
+    """Any JSON (NaN, deep nesting), the right shape with wrong values, not JSON, not UTF-8."""
     scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
-    anything = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                            max_leaves=20)
+    anything = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c,
+                                                                                          max_size=4), max_leaves=20)
     deep = st.integers(1, 200_000).map(lambda n: "[" * n + "]" * n)
     raw = st.binary(max_size=200).map(lambda b: b.decode("latin-1")) | deep
 
@@ -210,12 +200,16 @@ MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2
 
 # --- the readers and what each may answer --------------------------------------------------------
 
+class Hang(Exception):
+    """An input still running after its seconds (raised inside the reader by SIGALRM): a finding."""
+
+
 class OutOfTime(BaseException):
     """The reader's time budget is spent (a BaseException: Hypothesis stops at once, as for Ctrl-C)."""
 
 
 class KnownUnbounded(Exception):
-    """An input not run because it is a reported finding that would exhaust memory (see run_manifest)."""
+    """An input not run: a reported finding that would exhaust memory (see check_manifest)."""
 
 
 def as_bytes(data) -> bytes:
@@ -244,8 +238,7 @@ def check_gguf(data: bytes, work: Path) -> str:
 
 
 def check_manifest(data, work: Path) -> str:
-    """map_format.read_manifest (read only): a dict, FormatError or FileNotFoundError; publish-maps'
-    check_publishable: HubError (the listed files are absent), never a read outside the folder."""
+    """read_manifest: a dict, FormatError or FileNotFoundError; check_publishable: HubError (no files here)."""
     from backend.hub.errors import HubError
     from backend.hub.maps_hub import check_publishable
     from backend.ridgefill.map_format import MANIFEST, FormatError, read_manifest
@@ -297,8 +290,7 @@ def check_settings(data, work: Path) -> str:
 
 
 def check_conversation(data, work: Path) -> str:
-    """ConversationStore.load: a Conversation, ValueError or OSError; load_all: the readable ones, a
-    damaged file set aside whole; what was loaded saves and loads back the same."""
+    """load: a Conversation, ValueError or OSError; load_all: the good ones (a bad file set aside whole)."""
     from app.conversations import ConversationStore
 
     store = ConversationStore(work)
@@ -317,8 +309,7 @@ def check_conversation(data, work: Path) -> str:
 
 
 def check_catalogue(data, work: Path) -> str:
-    """load_catalogue: the built-in entries plus the user's well-formed ones, each found by its id; adding
-    one keeps every item the file held (a file of the wrong shape is set aside whole)."""
+    """load_catalogue: built-ins plus the user's good entries; adding one keeps every item the file held."""
     from backend.hub.catalogue import _read_user_items, add_hub, find_entry, load_catalogue
 
     path = work / "user_models.json"
@@ -362,14 +353,16 @@ def finding_key(exc: BaseException) -> str:
     return f"{type(exc).__name__} at {where}"
 
 
-def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minutes: float = 0) -> dict:
-    """Feed `examples` inputs to one reader (fewer when `minutes` run out first); never stops at a finding:
-    counts it, keeps one input of each."""
+def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minutes: float = 0,
+               input_s: float = INPUT_S) -> dict:
+    """`examples` inputs to one reader (fewer if `minutes` run out); a finding (an input past `input_s`
+    is one) is counted with one input, never a stop."""
     import shutil
+    import signal
 
     from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
 
-    stats = {"inputs": 0, "outcomes": {}, "findings": {}, "known": 0, "slowest_s": 0.0, "slow": 0}
+    stats = {"inputs": 0, "outcomes": {}, "findings": {}, "slowest_s": 0.0}
     work = Path(tempfile.mkdtemp(prefix=f"ridgefill-fuzz-{name}-"))
     check = CHECKS[name]
     deadline = time.monotonic() + minutes * 60 if minutes else math.inf
@@ -383,9 +376,9 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minu
             raise OutOfTime
         started = time.perf_counter()
         try:
+            signal.setitimer(signal.ITIMER_REAL, input_s)
             outcome = check(data, work)
         except KnownUnbounded:
-            stats["known"] += 1
             outcome = "known finding, not run"
         except Exception as exc:  # a finding: recorded with its input, the run goes on
             found = stats["findings"].setdefault(finding_key(exc), {"count": 0, "message": str(exc)[:200],
@@ -393,21 +386,27 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minu
             found["count"] += 1
             outcome = "finding"
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             for p in work.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         took = time.perf_counter() - started
         stats["inputs"] += 1
         stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
         stats["slowest_s"] = max(stats["slowest_s"], took)
-        stats["slow"] += took > SLOW_S
 
+    previous = signal.signal(signal.SIGALRM, _hang)
     try:
         one()
     except OutOfTime:
         stats["out_of_time"] = True
     finally:
+        signal.signal(signal.SIGALRM, previous)
         shutil.rmtree(work, ignore_errors=True)
     return stats
+
+
+def _hang(signum, frame):
+    raise Hang("still running after its time limit")
 
 
 def peak_rss_mb() -> float:
@@ -420,6 +419,7 @@ def register(sub) -> None:
     p.add_argument("--reader", action="append", choices=sorted(CHECKS), help="only this reader (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (the same seed gives the same inputs)")
     p.add_argument("--minutes", type=float, default=0, help="stop each reader after this long (default: no limit)")
+    p.add_argument("--memory-gb", type=float, default=4, help="heap cap: past it, a MemoryError finding (default 4)")
     p.set_defaults(func=run)
 
 
@@ -432,6 +432,7 @@ def run(args) -> int:
         print("error: fuzz-readers needs hypothesis: pip install -e '.[test]'", file=sys.stderr)
         return 2
     logging.disable(logging.WARNING)  # every set-aside file logs a warning: thousands of lines otherwise
+    resource.setrlimit(resource.RLIMIT_DATA, (int(args.memory_gb * 2**30), resource.getrlimit(resource.RLIMIT_DATA)[1]))
     with tempfile.TemporaryDirectory() as tmp:
         seeds = seed_ggufs(Path(tmp))
     findings = 0
@@ -442,9 +443,8 @@ def run(args) -> int:
         outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(stats["outcomes"].items()))
         print(f"{name}: {stats['inputs']:,} inputs in {time.perf_counter() - started:,.0f} s ({outcomes}); "
               f"{sum(f['count'] for f in stats['findings'].values()):,} unhandled exceptions; "
-              f"slowest input {stats['slowest_s'] * 1000:,.0f} ms, {stats['slow']} over {SLOW_S:.0f} s; "
-              f"peak RSS so far {peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""),
-              flush=True)
+              f"slowest input {stats['slowest_s'] * 1000:,.0f} ms (a hang: over {INPUT_S} s); peak RSS so far "
+              f"{peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""), flush=True)
         for key, f in stats["findings"].items():
             print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
     return 1 if findings else 0
