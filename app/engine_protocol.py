@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, Union
 
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
-from backend.protocol import AUTO_CTX, CompletionRequest
+from backend.protocol import AUTO_CTX, CompletionRequest, N_BATCH
 
 
 class TaskKind(str, Enum):
@@ -42,7 +42,7 @@ class EngineSettings:
     model_path: str
     n_ctx: int = AUTO_CTX  # 0: the context follows the document
     n_threads: int | None = None
-    n_batch: int = 512
+    n_batch: int = N_BATCH
     warm_up: bool = True  # probe RidgeFill's graph layout when idle (tests that run exact skip it)
     cache_root: str | None = None  # the user cache (maps, tuned splits, activations); None: backend/user_paths'
     prompt_cache: bool = True  # load saved prompts, save prefilled ones (backend/prompt_cache.py)

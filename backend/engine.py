@@ -19,13 +19,14 @@ from typing import Callable, Iterator, Protocol
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from .errors import DocumentTooLongError, EngineError, ModelFileError, Preempted
+from .context_size import CTX_STEP, answer_reserve, check_fits, context_cap, grown_size
 from .model_file import ModelInfo, read_model_info
-from .protocol import AUTO_CTX, DEFAULT_N_CTX, ChatMessage, CompletionRequest
+from .protocol import AUTO_CTX, DEFAULT_N_CTX, N_BATCH
 from .sampler import SamplerChain
 from .slot import Slot
+from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class EngineConfig:
     model_path: str
     n_ctx: int = DEFAULT_N_CTX  # capped at the model's training context
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    n_batch: int = 512  # prefill chunk size: progress and cancel happen between chunks
-    n_ubatch: int = 512
+    n_batch: int = N_BATCH
+    n_ubatch: int = N_BATCH
     # Sliding-window layers keep every row (llama.cpp's full-size SWA cache), so a row decoded again deep
     # in the prompt finds its window's history (guided, quality on gemma3); costs a cache of n_ctx rows
     # per sliding-window layer (docs/MEASUREMENTS.md#guided-on-sliding-window-models).
@@ -60,29 +61,7 @@ class EngineConfig:
 # docs/MEASUREMENTS.md#exact-rows-in-one-decode) and probes.
 N_SEQ = 32
 
-CTX_STEP = 4096  # an automatic context grows in steps of this many tokens
 ABORT_POLL_S = 0.02  # an abortable decode asks its `abort` check at most this often (per graph node otherwise)
-KV_RAM_SHARE = 0.25  # an automatic context's K/V cache takes at most this share of the machine's RAM
-
-
-def physical_ram() -> int | None:
-    """This machine's RAM in bytes, where the OS says (Linux, macOS); None elsewhere."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def context_cap(info: ModelInfo) -> int:
-    """The most tokens an automatic context grows to: the model's trained context, and no more than a
-    K/V cache of KV_RAM_SHARE of the RAM holds, but never less than DEFAULT_N_CTX (or the trained context)."""
-    from .model_file import kv_bytes_per_token
-
-    cap = info.n_ctx_train or DEFAULT_N_CTX
-    ram = physical_ram()
-    if ram:
-        cap = min(cap, max(min(cap, DEFAULT_N_CTX), int(ram * KV_RAM_SHARE) // kv_bytes_per_token(info)))
-    return cap
 
 
 def _install_llama_log_filter() -> None:
@@ -106,7 +85,7 @@ _LOG_CB = None
 _BACKEND_READY = False
 
 
-class Engine:
+class Engine(Vocabulary):
     def __init__(self, config: EngineConfig, *, model_of: "Engine | None" = None, n_seq: int = 0):
         """An engine with its own context; `model_of`: on that engine's loaded model, `n_seq`: with
         that many sequences instead of N_SEQ (see `sibling`)."""
@@ -130,8 +109,7 @@ class Engine:
                 f"llama.cpp could not load {self.info.path} ({self.info.architecture}). The file may be "
                 "damaged, or its architecture is not supported by this llama.cpp build."
             )
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        Vocabulary.__init__(self, self._model, self.info.chat_template)
 
         # The most tokens the context may hold: the asked size, or (AUTO_CTX) the model's trained context
         # and what RAM allows; an automatic context starts small and grows with the document.
@@ -142,7 +120,7 @@ class Engine:
         # With a full-size sliding-window cache, the last sequence holds every cell sequence 0 holds:
         # llama.cpp's sliding-window cache reuses a cell outside the window only when one sequence holds
         # it, so no row's window is ever overwritten and both caches give every row the same cell.
-        self.pin_seq: int | None = (self.n_seq - 1 if config.swa_full and self.info.sliding_window > 0
+        self.pin_seq: int | None = (self.n_seq - 1 if config.swa_full and self.info.has_sliding_window
                                     and self.n_seq > 1 else None)
         self.eval_hook: EvalHook | None = None
         self._eval_cb = llama_cpp.ggml_backend_sched_eval_callback(self._on_eval)  # keep a reference
@@ -157,13 +135,6 @@ class Engine:
         # backend/ridgefill/runtime.runtime(), which makes it and is its only writer. Not imported here:
         # ridgefill's map fitting makes engines, and backend has no import cycles.
         self.ridgefill: object | None = None
-
-        template = self.info.chat_template
-        self._bos_text = self.token_text(llama_cpp.llama_vocab_bos(self._vocab))
-        eos_text = self.token_text(llama_cpp.llama_vocab_eos(self._vocab))
-        self._formatter = (
-            Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self._bos_text) if template else None
-        )
 
     def _make_context(self, n_ctx: int, grow: bool = False) -> None:
         """A new llama.cpp context of `n_ctx` tokens in place of the old one (its cache is gone). When it
@@ -226,72 +197,23 @@ class Engine:
             log.exception("eval hook failed")
             return False if ask else True
 
-    # ---- text <-> tokens -----------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        n_max = len(data) + 16
-        buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
-        if n < 0:  # buffer too small: -n is what it needs
-            n_max = -n
-            buf = (llama_cpp.llama_token * n_max)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
-        if n < 0:
-            raise EngineError("tokenization failed")
-        return list(buf[:n])
-
-    def token_bytes(self, token: int, special: bool = False) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
-        return buf.raw[:n]
-
-    def token_text(self, token: int) -> str:
-        return self.token_bytes(token, special=True).decode("utf-8", "replace")
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
-
-    def is_end_of_generation(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
-
-    # ---- chat ----------------------------------------------------------------------------------
-    def format_chat(self, messages: list[ChatMessage]) -> str:
-        """Render messages with the model's own chat template (from its GGUF metadata)."""
-        msgs = [{"role": m.role, "content": m.content} for m in messages]
-        if self._formatter is None:  # a base model without a template: plain text
-            return "\n\n".join(m["content"] for m in msgs) + "\n\n"
-        return self._formatter(messages=msgs).prompt
-
-    def prompt_tokens(self, request: CompletionRequest) -> list[int]:
-        if (request.messages is None) == (request.prompt is None):
-            raise ValueError("a request has either messages or a prompt")
-        text = request.prompt if request.prompt is not None else self.format_chat(request.messages)
-        # A template that writes the BOS text itself must not get a second BOS from the tokenizer.
-        add_special = not (self._bos_text and text.startswith(self._bos_text))
-        return self.tokenize(text, add_special=add_special)
-
     def answer_reserve(self, max_tokens: int) -> int:
         """Room kept after the prompt for an answer of up to `max_tokens` (at most half the context)."""
-        return max(1, min(max_tokens, self.n_ctx_max // 2))
+        return answer_reserve(self.n_ctx_max, max_tokens)
 
     def check_fits(self, n_prompt: int, max_tokens: int) -> None:
         """DocumentTooLongError unless the prompt and its answer fit the most this context may hold."""
-        reserve = self.answer_reserve(max_tokens)
-        if n_prompt + reserve > self.n_ctx_max:
-            raise DocumentTooLongError(n_prompt, self.n_ctx_max, reserve)
+        check_fits(self.n_ctx_max, n_prompt, max_tokens)
 
     def make_room(self, n_prompt: int, max_tokens: int) -> None:
         """check_fits, then an automatic context grows (in CTX_STEP steps) to hold the prompt and its
         answer: the cached rows are lost, the prompt is prefilled anew."""
         self.check_fits(n_prompt, max_tokens)
-        need = n_prompt + self.answer_reserve(max_tokens)
-        if need > self.n_ctx and self.auto_ctx:
+        grown = grown_size(self.n_ctx, self.n_ctx_max, n_prompt + self.answer_reserve(max_tokens))
+        if grown and self.auto_ctx:
             old = self.n_ctx
             try:
-                self._make_context(min(self.n_ctx_max, -(-need // CTX_STEP) * CTX_STEP), grow=True)
+                self._make_context(grown, grow=True)
             except EngineError:  # out of memory: the engine goes on at its old size, the prompt is refused
                 self._make_context(old)
                 raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens), no_memory=True) from None
@@ -458,11 +380,6 @@ class Engine:
     def llama_cpp_version(self) -> str:
         """The llama-cpp-python build whose state format the slot's state_bytes writes."""
         return llama_cpp.__version__
-
-    @property
-    def vocab(self):
-        """llama.cpp's vocabulary handle (the sampler chain is built on it)."""
-        return self._vocab
 
     def sample(self, sampler: SamplerChain) -> int:
         """A token drawn by `sampler` (llama.cpp's chain) from the last decoded row's logits."""

@@ -78,19 +78,28 @@ def _saved_rows(entry: Entry) -> RowRecord:
     return RowRecord.from_saved(facts, {}, np.full(len(facts["tokens"]), -1))
 
 
+def _reuse_rank(rows: RowRecord, tokens: list[int], accept_tag: str | None) -> tuple[int, int]:
+    """How good a record is for `tokens`: (exact rows it gives, rows it gives). Exact rows come first, so
+    once a document is made exact every request on it gets exact rows, even where an older approximated
+    entry matches a few more of its tokens (docs/MEASUREMENTS.md#the-prompt-cache-prefers-exact-rows)."""
+    n = rows.reusable_prefix(tokens, accept_tag)
+    return n - len(rows.approximated(0, n)), n
+
+
 def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> tuple[Entry | None, int]:
-    """The entry this request may reuse the most rows of, and how many, if more than the engine holds."""
-    best, most = None, engine.slot.reusable_prefix(tokens, accept_tag)
+    """The entry whose rows serve this request best (see _reuse_rank), and how many rows it gives, if it
+    is better than what the engine holds."""
+    best, rank = None, _reuse_rank(engine.slot.record, tokens, accept_tag)
     for entry in cache.entries(model_key(engine, cache)):
         if entry.header.get("n_tokens", 0) > engine.n_ctx:
             continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
         try:
-            n = _saved_rows(entry).reusable_prefix(tokens, accept_tag)
+            here = _reuse_rank(_saved_rows(entry), tokens, accept_tag)
         except (ValueError, KeyError, TypeError):
-            n = len(tokens)  # a record that does not read: load() says why and removes it
-        if n > most:
-            best, most = entry, n
-    return best, most
+            here = (len(tokens), len(tokens))  # a record that does not read: load() says why and removes it
+        if here > rank:
+            best, rank = entry, here
+    return best, rank[1]
 
 
 def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> str:
@@ -128,7 +137,7 @@ def _windows_lost(engine: Engine, exact: bool) -> bool:
     """Whether a saved state would miss what its approximated rows need: llama.cpp saves a sliding-window
     cache's last window only, and a row decoded again (guided, refinement) needs its own window. Such a
     prompt is saved once it is exact."""
-    return not exact and engine.info.sliding_window > 0
+    return not exact and engine.info.has_sliding_window
 
 
 def _build_here(engine: Engine) -> Build:

@@ -17,6 +17,8 @@ DEFAULT_N_CTX = 8192  # context asked for unless told; the engine caps it at the
 # (Engine.n_ctx_max); it starts at 4,096 tokens and grows when a prompt needs more (Engine.make_room).
 AUTO_CTX = 0
 DEFAULT_MAX_TOKENS = 256  # room kept for each answer unless told
+# prefill chunk size: progress and cancel happen between chunks (the engine's batch and ubatch)
+N_BATCH = 512
 
 
 @dataclass
@@ -40,6 +42,9 @@ class CompletionRequest:
     tail: int | None = None  # exact tail T; None = the default
     quality_share: float | None = None  # quality: share of bulk rows made exact; None = the default
     reuse_prefix: bool = True  # reuse a matching cached prompt prefix (cache_n > 0)
+    # The documents the messages frame (backend.documents.DocumentText: name, text, page starts), in the
+    # order attached: the answer's sources point into them (backend/sources.py). None: no documents.
+    documents: list | None = None
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Timings:
     exact_n: int = 0  # quality: bulk rows made exact again through every layer
     note: str = ""  # why a requested mode did not run, if it did not
     breakdown_ms: dict = field(default_factory=dict)  # RidgeFill prefill phases (lower, predict, write, tail)
+    sources_ms: float = 0.0  # finding the answer's sources, after the answer (not in ttft_ms)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +79,7 @@ class CompletionResult:
     timings: Timings
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
+    sources: list = field(default_factory=list)  # backend.sources.Source: where the answer looked, best first
 
 
 @dataclass

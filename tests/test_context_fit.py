@@ -47,7 +47,8 @@ def test_an_automatic_context_follows_the_document():
     """--ctx 0: the context starts small and grows to hold a longer prompt and its answer (up to the
     model's trained context), and RidgeFill runs on the grown context."""
     from backend.completion import complete
-    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.context_size import CTX_STEP
+    from backend.engine import Engine, EngineConfig
     from backend.model_file import embedded_model_path
     from backend.protocol import AUTO_CTX, CompletionRequest
     from backend.ridgefill.runtime import runtime
@@ -65,7 +66,8 @@ def test_an_automatic_context_follows_the_document():
 def test_the_evaluations_own_prefills_grow_an_automatic_context_too(tmp_path):
     """nll and hitrate prefill without a request (the ΔNLL document, the bulk pass): at 16K on Gemma
     they stopped with llama_decode's "no room" at position 4,096, the context's first size."""
-    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.context_size import CTX_STEP
+    from backend.engine import Engine, EngineConfig
     from backend.evals import selection
     from backend.evals.haystacks import filler_haystack
     from backend.evals.needles import build_item
@@ -89,7 +91,8 @@ def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(mo
     import llama_cpp
 
     from backend.completion import complete
-    from backend.engine import CTX_STEP, Engine, EngineConfig
+    from backend.context_size import CTX_STEP
+    from backend.engine import Engine, EngineConfig
     from backend.errors import DocumentTooLongError
     from backend.model_file import embedded_model_path
     from backend.protocol import AUTO_CTX, CompletionRequest

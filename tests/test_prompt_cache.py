@@ -114,6 +114,26 @@ def test_a_request_reuses_the_longest_saved_prefix_and_cache_n_counts_it(engines
     assert res.timings.prompt_n == res.prompt_tokens - res.timings.cache_n
 
 
+def test_a_document_made_exact_wins_over_an_older_approximated_entry_that_matches_more(engines, cache):
+    """The stale-entry case: an approximated entry of the document with one question matches a few more
+    tokens of a new request than the exact entry of the same document with another question; the exact
+    rows are loaded (the approximated entry would answer as the approximation did)."""
+    a, b = engines
+    toks = induction_prompt(a, N_DOC)
+    asked, other = toks + a.tokenize(" Q: who is it", add_special=False), toks + a.tokenize(" R", add_special=False)
+    a.slot.truncate(0)
+    assert ridgefill_prefill(a, asked, "speed", SPLIT, TAIL, maps=MAPS).bulk_n > 0
+    tag = a.slot.record.saved()[0]["approximated"][0][2]  # what a speed request with these maps accepts
+    assert save_rows(a, cache) is not None
+    a.slot.truncate(0)
+    a.slot.prefill(other, reuse_prefix=False)
+    assert save_rows(a, cache) is not None and len(cache.entries()) == 2
+    again = asked[:-1] + a.tokenize(" where", add_special=False)  # the same question, its last word changed
+    b.slot.truncate(0)
+    assert restore(b, cache, again, tag) == ""
+    assert len(b.slot) == len(other) and b.slot.record.all_exact
+
+
 def _entry_folder(cache) -> Path:
     (entry,) = cache.entries()
     return entry.folder
@@ -177,7 +197,7 @@ def test_a_full_disk_while_saving_leaves_no_half_written_entry(engines, cache, m
     import backend.prompt_cache as pc
 
     a, _ = engines
-    a.prefill(induction_prompt(a, 300), reuse_prefix=False)
+    a.slot.prefill(induction_prompt(a, 300), reuse_prefix=False)
 
     def half_then_full(path, state, cancel):
         with open(path, "wb") as f:
@@ -194,7 +214,7 @@ def test_a_save_stopped_between_pieces_writes_nothing(engines, cache, monkeypatc
     import backend.prompt_cache as pc
 
     a, _ = engines
-    a.prefill(induction_prompt(a, 300), reuse_prefix=False)
+    a.slot.prefill(induction_prompt(a, 300), reuse_prefix=False)
     monkeypatch.setattr(pc, "WRITE_CHUNK", 1 << 16)
     calls = iter(range(100))
     assert save_rows(a, cache, cancel=lambda: next(calls) >= 3) is None
@@ -226,7 +246,7 @@ def test_cache_list_json_and_clear(engines, cache, capsys, monkeypatch):
     from app.cli import run_cli
 
     a, _ = engines
-    a.prefill(induction_prompt(a, 300), reuse_prefix=False)
+    a.slot.prefill(induction_prompt(a, 300), reuse_prefix=False)
     save_rows(a, cache)
     monkeypatch.setenv("RIDGEFILL_CACHE_DIR", str(cache.root.parent))
     assert run_cli(["cache", "list", "--json"]) == 0

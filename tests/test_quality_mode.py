@@ -228,7 +228,7 @@ def test_a_row_decoded_again_deep_in_a_long_prompt_sees_its_window(tmp_path):
     toks = [1] + [int(t) for t in np.random.default_rng(8).integers(3, 299, 2400)]
     split, tail = 7, 64
     with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as ref:
-        ref.prefill(toks, reuse_prefix=False)
+        ref.slot.prefill(toks, reuse_prefix=False)
         layer8 = runtime(ref).layout.layers[split + 1]
         exact_k = layer8.k_cache.rows()[: len(toks)].astype(np.float32)  # a fresh context fills cells in order
     with Engine(EngineConfig(str(path), n_ctx=4096, n_threads=2)) as e:

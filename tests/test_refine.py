@@ -193,7 +193,7 @@ def test_refinements_own_context_shares_the_model_and_closes_with_the_engine(mod
     assert other._model == main._model and other.n_seq == 1 and not other._owns_model
     toks = main.tokenize("The sibling decodes on its own cache.")
     other.decode_rows(toks, range(len(toks)), [0] * len(toks), logits_last=True)
-    main.prefill(toks, reuse_prefix=False)
+    main.slot.prefill(toks, reuse_prefix=False)
     assert kl(main.last_logits(), other.last_logits()) < 1e-4  # the same model, the same rows
     main.close()
     assert other._ctx is None and other._model is None

@@ -90,7 +90,7 @@ def tiny_llama(tmp_path_factory):
 
 def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
     toks = [1] + list(range(3, 40))
-    tiny_llama.prefill(toks, reuse_prefix=False)
+    tiny_llama.slot.prefill(toks, reuse_prefix=False)
     ref = tiny_llama.last_logits()
 
     class Broken:
@@ -102,7 +102,7 @@ def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
 
     tiny_llama.eval_hook = Broken()
     try:
-        tiny_llama.prefill(toks, reuse_prefix=False)
+        tiny_llama.slot.prefill(toks, reuse_prefix=False)
     finally:
         tiny_llama.eval_hook = None
     np.testing.assert_array_equal(tiny_llama.last_logits(), ref)

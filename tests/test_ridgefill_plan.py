@@ -20,9 +20,10 @@ SPLIT = 12  # SmolLM2's measured split (defaults.MEASURED_SPLITS), the default o
 LONG = 4000  # tokens: bulk rows to spare at any tail used here
 
 
-def _info(architecture: str = "llama", n_layer: int = N_LAYER, n_embd: int = 576) -> ModelInfo:
+def _info(architecture: str = "llama", n_layer: int = N_LAYER, n_embd: int = 576, sliding_window: int = 0) -> ModelInfo:
     return ModelInfo(path="fake.gguf", architecture=architecture, name="fake", n_layer=n_layer, n_embd=n_embd,
-                     n_head=9, n_head_kv=3, n_ctx_train=8192, file_type=None, size_bytes=0, chat_template=None)
+                     n_head=9, n_head_kv=3, n_ctx_train=8192, file_type=None, size_bytes=0, chat_template=None,
+                     sliding_window=sliding_window)
 
 
 @dataclass
@@ -204,7 +205,7 @@ def test_a_request_is_refused_like_a_plan():
 def test_gemma3_gets_its_window_as_tail_and_runs_guided():
     from backend.ridgefill.defaults import SLIDING_WINDOW_TAIL, default_mode, default_split
 
-    info = _info("gemma3", n_layer=18, n_embd=640)
+    info = _info("gemma3", n_layer=18, n_embd=640, sliding_window=512)  # Gemma 3 270M's GGUF says 512
     split = default_split(info, tuned=False)
     maps = FakeMaps(split, tuple(range(split + 1, 18)), "gemma-s")
     eng = FakeEngine(info=info, ridgefill=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from backend.protocol import RIDGEFILL_MODES
-from backend.ridgefill.defaults import DEFAULT_MODE
+from backend.ridgefill.defaults import DEFAULT_MODE, MIN_TAIL
 
 # How each mode is named in the mode box; a mode without a label here is shown by its name.
 MODE_LABELS = {
@@ -73,7 +73,7 @@ class RidgeFillControls(QGroupBox):
         self.split_label = QLabel()
         self.split_label.setWordWrap(True)
         self.tail_spin = QSpinBox()
-        self.tail_spin.setRange(16, 131072)
+        self.tail_spin.setRange(MIN_TAIL, 131072)
         self.tail_spin.setSingleStep(64)  # the default tail (defaults.DEFAULT_TAIL) and its multiples
         self.tail_spin.setSuffix(" tokens")
         self.compare = QCheckBox("Compare with exact (runs the exact model too)")

@@ -63,11 +63,6 @@ def default_split(info, tuned: bool = True) -> int:
 REDECODING_MODES = ("quality", "guided")
 
 
-def has_sliding_window(info) -> bool:
-    """Whether the model has sliding-window layers (of the architectures RidgeFill knows: gemma3)."""
-    return info.architecture == "gemma3"
-
-
 def mode_that_runs(mode: str, windows_evicted: bool) -> str:
     """What runs when `mode` is asked for: a re-decoding mode runs as speed where sliding-window layers
     evict rows (an engine without a full-size sliding-window cache; plan.py says so in the note)."""
@@ -80,7 +75,7 @@ def default_mode(info) -> str:  # noqa: ARG001 - every model the app opens keeps
 
 
 def default_tail(info) -> int:
-    return SLIDING_WINDOW_TAIL if has_sliding_window(info) else DEFAULT_TAIL
+    return SLIDING_WINDOW_TAIL if info.has_sliding_window else DEFAULT_TAIL
 
 
 def split_or_default(info, split: int | None) -> int:

@@ -24,7 +24,7 @@ def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
 
     gemma3: llama.cpp makes every 6th layer global (set_swa_pattern(6)). Taken only when the graph
     agrees: the global and the sliding layers write through two different cell-index inputs."""
-    if info.architecture != "gemma3" or n_swa <= 0:
+    if info.architecture != "gemma3" or not info.has_sliding_window:
         return set()
     swa = {il for il in layout.layers if il % 6 != 5}
     glob = set(layout.layers) - swa
