@@ -3,13 +3,18 @@
 One entry per model and token prefix, a folder `<model key>-<prefix hash>/` under the user cache's
 prompts/ (backend/user_paths.py) holding
   entry.json           the header: format, model key and name, llama.cpp build, token count, exact rows,
-                       the state's size and sha256, and the row record (tokens, approximated runs, clean rows)
+                       the state's and streams' sizes and sha256, the row record (tokens, approximated runs)
   state.bin            llama.cpp's bytes of sequence 0 (backend/seq_state.py)
   streams.safetensors  the kept split streams of rows a RidgeFill bulk pass computed, where there are any
-Only JSON and safetensors are read besides the state (no pickle). An entry is written under a hidden
-name and renamed whole, so a crash or a full disk leaves no half-written entry; entry.json's mtime is
-its last use, and a size limit evicts the least recently used entries. A bad entry (truncated, edited,
-another model's or another llama.cpp build's) is refused with the reason and removed.
+Only JSON and safetensors are read besides the state (no pickle). An entry is written under a hidden name
+and renamed whole (a crash or a full disk leaves no half-written entry); entry.json's mtime is its last use;
+a size limit evicts the least recently used. A bad entry (damaged, malformed, another model's or build's)
+is refused with the reason and removed.
+
+Processes share the folder (the GUI's engine and `serve`, two `chat`s): renames to and from entry names
+happen under one file lock (filelock, `.<root>.lock` beside the folder), a reader reads an entry's files
+through one open folder (all from one entry), and an entry is removed only while its folder still holds
+the header that was refused (or none that reads): never another process's fresh entry.
 """
 from __future__ import annotations
 
@@ -18,16 +23,21 @@ import json
 import logging
 import os
 import shutil
+import stat
+import struct
 import time
 import uuid
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+from filelock import FileLock
+from safetensors import SafetensorError
 
-from .seq_state import StateFormatError, StateLayout, read_layout
+from .seq_state import MARK_BYTES, StateFormatError, StateLayout, read_layout
 from .user_paths import prompts_dir
 
 log = logging.getLogger(__name__)
@@ -37,6 +47,12 @@ DEFAULT_LIMIT_BYTES = 4 * 10**9  # a setting (app/settings.py); 4 GB holds ~25 S
 HEADER, STATE, STREAMS = "entry.json", "state.bin", "streams.safetensors"
 WRITE_CHUNK = 16 << 20  # the state is written in pieces, so a save can stop between them
 STALE_S = 3600.0  # a hidden folder this old is a writer that died: removed
+MAX_HEADER_BYTES = 64 << 20  # a 128k-token record is ~1 MB of JSON: anything far larger is not a header
+LOCK_TIMEOUT_S = 60.0  # renames take milliseconds: a lock held this long is a hung process (OSError)
+MAX_TOKEN = 2**31  # token ids are int32 (entry_name)
+
+# What reading a damaged or hostile entry can raise, besides EntryRefused (RecursionError: nested JSON)
+READ_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError, SafetensorError)
 
 
 class EntryRefused(Exception):
@@ -53,13 +69,9 @@ class Build:
 @dataclass
 class Entry:
     folder: Path
-    header: dict
+    header: dict  # checked by header_problem: every field has its type and the record its shape
     last_used: float
     n_bytes: int
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.header["record"]["tokens"]
 
     def as_dict(self) -> dict:
         """The entry as `cache list --json` prints it."""
@@ -82,6 +94,65 @@ def entry_name(model_key: str, tokens: list[int]) -> str:
     return f"{model_key}-{digest}"
 
 
+def _count(x) -> bool:
+    return type(x) is int and x >= 0  # not bool, not float
+
+
+def record_problem(r) -> str:
+    """What is wrong with a row record's shape ("" when nothing): tokens a list of token ids, approximated
+    ordered runs [start, end, tag] inside the record after its clean rows, n_clean and stream_split counts."""
+    if not isinstance(r, dict):
+        return "the row record is not a JSON object"
+    tokens = r.get("tokens")
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < MAX_TOKEN for t in tokens):
+        return "its tokens are not a list of token ids"
+    n, n_clean, runs = len(tokens), r.get("n_clean"), r.get("approximated")
+    if not _count(n_clean) or n_clean > n or not isinstance(runs, list):
+        return f"its clean rows ({str(n_clean)[:20]}) are not a count up to its {n} rows, or its runs not a list"
+    at = n_clean
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 3 and _count(run[0]) and _count(run[1])
+                and isinstance(run[2], str) and at <= run[0] < run[1] <= n):
+            return f"an approximated run {str(run)[:60]} does not fit rows {at}..{n}"
+        at = run[1]
+    if r.get("stream_split") is not None and not _count(r["stream_split"]):
+        return "its stream split is not a count"
+    return ""
+
+
+def header_problem(h) -> str:
+    """What is wrong with a header's shape ("" when nothing), so callers can trust every field's type."""
+    if not isinstance(h, dict):
+        return "the header is not a JSON object"
+    if h.get("format") != FORMAT:
+        return f"the header has format {str(h.get('format'))[:20]}, this version reads {FORMAT}"
+    build = h.get("build") if isinstance(h.get("build"), dict) else {}
+    for key, ok in [(k, isinstance(h.get(k), str)) for k in ("model_key", "model_name", "state_sha256")] + \
+            [(f"build's {k}", isinstance(build.get(k), str)) for k in ("llama_cpp", "state_mark")] + \
+            [(k, _count(h.get(k))) for k in ("n_tokens", "exact_rows", "clean_rows", "state_bytes")]:
+        if not ok:
+            return f"its {key} is missing or of the wrong type"
+    if ("streams_bytes" in h or "streams_sha256" in h) and not (
+            _count(h.get("streams_bytes")) and isinstance(h.get("streams_sha256"), str)):
+        return "its streams' size or sha256 is malformed"
+    return record_problem(h.get("record"))
+
+
+def arrays_problem(arrays: dict, record: dict) -> str:
+    """What is wrong with the split streams kept for `record` ("" when nothing): from_saved indexes with them."""
+    if arrays and set(arrays) != {"stream_rows", "streams"}:
+        return f"the split streams hold {sorted(arrays)[:4]}, not stream_rows and streams"
+    if not arrays:
+        return ""
+    kept, h = arrays["stream_rows"], arrays["streams"]
+    if kept.ndim != 1 or kept.dtype.kind not in "iu" or h.ndim != 2 or h.dtype != np.float32 or len(h) != len(kept):
+        return f"the split streams' shapes do not fit ({kept.dtype}{kept.shape}, {h.dtype}{h.shape})"
+    n = len(record["tokens"])
+    if record.get("stream_split") is None or (len(kept) and not 0 <= int(kept.min()) <= int(kept.max()) < n):
+        return "the split streams do not fit the row record"
+    return ""
+
+
 class PromptCache:
     """The entries under `root` (default: the user cache's prompts/), at most `limit_bytes` in all."""
 
@@ -89,72 +160,105 @@ class PromptCache:
         self.root = Path(root) if root is not None else prompts_dir()
         self.limit_bytes = int(limit_bytes)
 
-    # ---- reading ---------------------------------------------------------------------------------
     def entries(self, model_key: str | None = None) -> list[Entry]:
-        """Every entry (of `model_key`'s folders, where given) whose header reads, newest use first."""
-        out = []
+        """Every entry (of `model_key`'s, where given) whose header reads and has its shape, newest use first."""
+        return self._scan(model_key)[0]
+
+    def _scan(self, model_key: str | None = None) -> tuple[list[Entry], list[tuple[Path, int]]]:
+        """The entries, and the other (unreadable) entry folders with their sizes."""
+        out, bad = [], []
         for folder in self._folders():
             if model_key is not None and not folder.name.startswith(f"{model_key}-"):
                 continue
             try:
-                st = (folder / HEADER).stat()
-                header = json.loads((folder / HEADER).read_text(encoding="utf-8"))
-                n_bytes = sum(p.stat().st_size for p in folder.iterdir())
-                header["record"]["tokens"]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # being removed, or unreadable: load() refuses it if it is ever the best
-            out.append(Entry(folder, header, st.st_mtime, n_bytes))
-        return sorted(out, key=lambda e: -e.last_used)
+                with _opened(folder) as fd:
+                    header, last_used = _header_at(fd), os.stat(HEADER, dir_fd=fd).st_mtime
+                    ok = not header_problem(header) and stat.S_ISREG(os.stat(STATE, dir_fd=fd).st_mode)
+            except (EntryRefused, *READ_ERRORS):
+                ok = False
+            if ok:
+                out.append(Entry(folder, header, last_used, _size(folder)))
+            elif folder.is_dir():  # not being removed right now: unreadable
+                bad.append((folder, _size(folder)))
+        return sorted(out, key=lambda e: -e.last_used), bad
 
     def total_bytes(self) -> int:
         return sum(e.n_bytes for e in self.entries())
 
     def load(self, entry: Entry, *, model_key: str, build: Build) -> Loaded:
-        """The entry's state, checked whole; EntryRefused (the entry removed) when anything disagrees."""
+        """The entry's state, checked whole; EntryRefused (the entry removed) if it is bad or gone."""
         try:
-            loaded = self._read(entry, model_key, build)
-        except EntryRefused:
+            with _opened(entry.folder) as folder_fd:
+                return self._read(folder_fd, entry, model_key, build)
+        except (EntryRefused, *READ_ERRORS) as exc:
             self.remove(entry)
-            raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self.remove(entry)
-            raise EntryRefused(f"the saved prompt could not be read ({type(exc).__name__}: {exc})") from None
-        os.utime(entry.folder / HEADER)  # its last use
-        return loaded
+            if isinstance(exc, EntryRefused):
+                raise
+            if isinstance(exc, FileNotFoundError):
+                raise EntryRefused(f"the saved prompt is incomplete or gone ({exc.filename or exc})") from None
+            raise EntryRefused(f"the saved prompt could not be read ({type(exc).__name__}: {str(exc)[:200]})") from None
 
-    def _read(self, entry: Entry, model_key: str, build: Build) -> Loaded:
-        h = json.loads((entry.folder / HEADER).read_text(encoding="utf-8"))
-        if h.get("format") != FORMAT:
-            raise EntryRefused(f"the saved prompt has format {h.get('format')}, this version reads {FORMAT}")
-        if h.get("model_key") != model_key:
-            raise EntryRefused(f"the saved prompt is for another model ({h.get('model_name')}, key {h.get('model_key')})")
-        if h.get("build") != {"llama_cpp": build.llama_cpp, "state_mark": build.state_mark}:
-            raise EntryRefused(f"the saved prompt was written by another llama.cpp build ({h.get('build')})")
-        state = bytearray((entry.folder / STATE).read_bytes())
+    def _read(self, folder_fd: int, entry: Entry, model_key: str, build: Build) -> Loaded:
+        h = _header_at(folder_fd)
+        if why := header_problem(h):
+            raise EntryRefused(f"the saved prompt's header is malformed ({why})")
+        if not _same(h, entry.header):
+            raise EntryRefused("the saved prompt changed while it was read (another process replaced it)")
+        if h["model_key"] != model_key:
+            raise EntryRefused(f"the saved prompt is for another model ({h['model_name']}, key {h['model_key']})")
+        if h["build"] != {"llama_cpp": build.llama_cpp, "state_mark": build.state_mark}:
+            raise EntryRefused(f"the saved prompt was written by another llama.cpp build ({h['build']})")
+        state = _read_file(folder_fd, STATE, h["state_bytes"])
         if len(state) != h["state_bytes"] or hashlib.sha256(state).hexdigest() != h["state_sha256"]:
             raise EntryRefused(f"the saved state is damaged ({len(state):,} bytes, sha256 differs from its header)")
+        n = len(h["record"]["tokens"])
+        if len(state) >= MARK_BYTES + 8 and struct.unpack_from("<I", state, MARK_BYTES + 4)[0] != n:
+            # read_layout sizes an array by the state's cell count before it checks the bytes are there
+            raise EntryRefused(f"the row record ({n:,} rows) disagrees with the state's cell count")
         try:
             layout = read_layout(state)
         except StateFormatError as exc:
             raise EntryRefused(f"the saved state is not one this build reads ({exc})") from None
         if layout.mark.hex() != build.state_mark:
             raise EntryRefused("the saved state was written by another llama.cpp build (its mark differs)")
-        n = len(h["record"]["tokens"])
         if layout.n_rows != n or h["n_tokens"] != n:
             raise EntryRefused(f"the row record ({n:,} rows) disagrees with the state ({layout.n_rows:,} rows)")
-        arrays = {}
-        if (entry.folder / STREAMS).exists():
-            from safetensors.numpy import load_file
-
-            arrays = load_file(str(entry.folder / STREAMS))
+        exact = n - sum(end - start for start, end, _ in h["record"]["approximated"])
+        if (h["exact_rows"], h["clean_rows"]) != (exact, h["record"]["n_clean"]):
+            raise EntryRefused("the header's counts of exact and clean rows disagree with its row record")
+        arrays = self._read_streams(folder_fd, h)
+        with suppress(OSError):  # evicted since: what was read is whole and checked
+            os.utime(HEADER, dir_fd=folder_fd)  # its last use
         return Loaded(entry, state, layout, arrays)
 
-    # ---- writing ---------------------------------------------------------------------------------
+    def _read_streams(self, folder_fd: int, h: dict) -> dict[str, np.ndarray]:
+        """The kept split streams, checked against the header (where it has their sha256) and the record."""
+        from safetensors.numpy import load
+
+        try:
+            blob = _read_file(folder_fd, STREAMS, h.get("streams_bytes", self.limit_bytes))
+        except FileNotFoundError:
+            if "streams_sha256" in h:
+                raise  # removed while read: "incomplete or gone"
+            return {}  # an entry without split streams
+        if "streams_sha256" in h and hashlib.sha256(blob).hexdigest() != h["streams_sha256"]:
+            raise EntryRefused("the saved split streams are damaged (sha256 differs from the header)")
+        try:
+            arrays = load(bytes(blob))
+        except SafetensorError as exc:
+            raise EntryRefused(f"the saved split streams are damaged ({str(exc)[:200]})") from None
+        if why := arrays_problem(arrays, h["record"]):
+            raise EntryRefused(why)
+        return arrays
+
     def save(self, *, model_key: str, model_name: str, build: Build, state: bytearray, facts: dict,
              arrays: dict[str, np.ndarray], cancel: Callable[[], bool] | None = None) -> Entry | None:
         """Write an entry for `facts["tokens"]` (replacing one for the same tokens), then evict down to
         the limit. None when `cancel` said stop between pieces or the entry alone exceeds the limit;
-        OSError (a full disk) leaves nothing behind."""
+        OSError when anything fails writing (a full disk, the folder locked too long): nothing is left
+        behind; ValueError for a malformed record (nothing is written)."""
+        if why := record_problem(facts) or arrays_problem(arrays, facts):
+            raise ValueError(f"the row record cannot be saved: {why}")
         size = len(state) + sum(a.nbytes for a in arrays.values())
         if size > self.limit_bytes:
             log.info("prompt cache: an entry of %s bytes exceeds the limit of %s", size, self.limit_bytes)
@@ -165,95 +269,177 @@ class PromptCache:
         tmp = self.root / f".{name}.{uuid.uuid4().hex[:8]}"
         try:
             tmp.mkdir()
-            sha = _write_state(tmp / STATE, state, cancel)
-            if sha is None:
+            header = self._write(tmp, model_key, model_name, build, state, facts, arrays, cancel)
+            if header is None:
                 return None
-            if arrays:
-                from safetensors.numpy import save_file
-
-                save_file(arrays, str(tmp / STREAMS))
-            n_clean = int(facts["n_clean"])
-            approximated = sum(end - start for start, end, _ in facts["approximated"])
-            header = {"format": FORMAT, "model_key": model_key, "model_name": model_name,
-                      "build": {"llama_cpp": build.llama_cpp, "state_mark": build.state_mark},
-                      "n_tokens": len(facts["tokens"]), "exact_rows": len(facts["tokens"]) - approximated,
-                      "clean_rows": n_clean, "state_bytes": len(state), "state_sha256": sha, "record": facts,
-                      "saved": time.time()}
-            (tmp / HEADER).write_text(json.dumps(header), encoding="utf-8")
-            final = self._replace(tmp, self.root / name)
+            final = self.root / name
+            with self._lock():
+                old = self._replace(tmp, final)
+                entry = Entry(final, header, (final / HEADER).stat().st_mtime, size)
+            _rmtree([old])
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        entry = Entry(final, header, (final / HEADER).stat().st_mtime, size)
         self.evict(keep=final)
         return entry
 
-    def _replace(self, tmp: Path, final: Path) -> Path:
-        """`tmp` renamed to `final`; an entry there before is moved aside first and removed after."""
+    def _write(self, tmp: Path, model_key: str, model_name: str, build: Build, state: bytearray, facts: dict,
+               arrays: dict[str, np.ndarray], cancel: Callable[[], bool] | None) -> dict | None:
+        """The entry's files in `tmp`; its header as a reader parses it (None: `cancel` said stop)."""
+        if (sha := _write_state(tmp / STATE, state, cancel)) is None:
+            return None
+        n, approximated = len(facts["tokens"]), sum(end - start for start, end, _ in facts["approximated"])
+        header = {"format": FORMAT, "model_key": model_key, "model_name": model_name,
+                  "build": {"llama_cpp": build.llama_cpp, "state_mark": build.state_mark},
+                  "n_tokens": n, "exact_rows": n - approximated, "clean_rows": int(facts["n_clean"]),
+                  "state_bytes": len(state), "state_sha256": sha, "record": facts, "saved": time.time()}
+        if arrays:
+            from safetensors.numpy import save
+
+            blob = save(arrays)  # written as any file: a full disk is an OSError (save_file raises SafetensorError)
+            if (streams_sha := _write_state(tmp / STREAMS, blob, cancel)) is None:
+                return None
+            header.update(streams_bytes=len(blob), streams_sha256=streams_sha)
+        text = json.dumps(header)
+        (tmp / HEADER).write_text(text, encoding="utf-8")
+        return json.loads(text)  # tuples as lists: the header a reader compares with (remove by identity)
+
+    def _replace(self, tmp: Path, final: Path) -> Path | None:
+        """`tmp` renamed to `final` (the lock held); an entry there before is moved aside first: its
+        hidden path, to be removed once the lock is released."""
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old.{uuid.uuid4().hex[:8]}")
             os.rename(final, old)
         os.rename(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
+        return old
 
-    def remove(self, entry: Entry) -> None:
-        """Take the entry away (renamed hidden first, so no reader sees half of it)."""
-        if not entry.folder.exists():
-            return
-        gone = entry.folder.with_name(f".{entry.folder.name}.gone.{uuid.uuid4().hex[:8]}")
+    def remove(self, entry: Entry) -> bool:
+        """Take the entry away if its folder still holds it (the same header, or one that does not read):
+        another process's newer entry at the same path stays. Whether it was taken."""
         try:
-            os.rename(entry.folder, gone)
+            with self._lock():
+                gone = self._take(entry.folder, entry.header)
+        except OSError as exc:  # the folder locked too long: it is refused again next time
+            log.warning("prompt cache: could not remove %s: %s", entry.folder.name, exc)
+            return False
+        _rmtree([gone])
+        return gone is not None
+
+    def _take(self, folder: Path, header: dict | None) -> Path | None:
+        """`folder` renamed hidden (the lock held), if it holds `header` or an unreadable one; the hidden path."""
+        try:
+            with _opened(folder) as fd:
+                here = _header_at(fd)
+        except (EntryRefused, *READ_ERRORS):
+            here = None  # damaged (or gone: the rename below fails)
+        if here is not None and not header_problem(here) and not _same(here, header):
+            return None  # another process's entry now
+        gone = folder.with_name(f".{folder.name}.gone.{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(folder, gone)
         except OSError:
-            return
-        shutil.rmtree(gone, ignore_errors=True)
+            return None  # gone already
+        return gone
 
     def clear(self) -> int:
-        """Remove every entry; returns how many there were."""
-        entries = self.entries()
-        for e in entries:
-            self.remove(e)
-        for folder in self._folders(hidden=True):  # unreadable ones and leftovers
-            shutil.rmtree(folder, ignore_errors=True)
+        """Remove every entry, and unreadable entry folders; returns how many entries there were. Another
+        process's entry being written (hidden, younger than STALE_S) stays."""
+        gone = []
+        with self._lock():
+            entries, bad = self._scan()
+            gone += [self._take(e.folder, e.header) for e in entries]
+            gone += [self._take(folder, None) for folder, _ in bad]
+        _rmtree(gone)
+        self._remove_stale()
         return len(entries)
 
     def evict(self, keep: Path | None = None) -> list[Entry]:
-        """Remove the least recently used entries (never `keep`) until the rest fit the limit."""
-        entries = self.entries()
-        total = sum(e.n_bytes for e in entries)
-        gone = []
-        for e in sorted(entries, key=lambda e: e.last_used):
-            if total <= self.limit_bytes:
-                break
-            if keep is not None and e.folder == keep:
-                continue
-            self.remove(e)
-            total -= e.n_bytes
-            gone.append(e)
+        """Remove unreadable entry folders, then the least recently used entries (never `keep`), until
+        the rest fit the limit."""
+        gone, taken = [], []
+        with self._lock():
+            entries, bad = self._scan()  # another version's or damaged folders count, and go first
+            queue = [(f, None, n, None) for f, n in bad] + \
+                [(e.folder, e.header, e.n_bytes, e) for e in sorted(entries, key=lambda e: e.last_used)]
+            total = sum(n for _, _, n, _ in queue)
+            for folder, header, n_bytes, e in queue:
+                if total <= self.limit_bytes:
+                    break
+                if folder != keep and (p := self._take(folder, header)) is not None:
+                    total -= n_bytes
+                    taken.append(p)
+                    gone += [e] if e is not None else []
+        _rmtree(taken)
         return gone
 
-    # ---- folders ---------------------------------------------------------------------------------
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The cache-wide lock across processes, a file beside the folder (inside, it would be listed)."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root.with_name(f".{self.root.name}.lock")), timeout=LOCK_TIMEOUT_S):
+            yield
+
     def _folders(self, hidden: bool = False) -> list[Path]:
         if not self.root.is_dir():
             return []
         return [p for p in self.root.iterdir() if p.is_dir() and (hidden or not p.name.startswith("."))]
 
     def _remove_stale(self) -> None:
-        now = time.time()
+        """Hidden folders older than STALE_S: writers that died, leftovers of removals."""
         for p in self._folders(hidden=True):
-            try:
-                if p.name.startswith(".") and now - p.stat().st_mtime > STALE_S:
+            with suppress(OSError):  # removed by its owner meanwhile
+                if p.name.startswith(".") and time.time() - p.stat().st_mtime > STALE_S:
                     shutil.rmtree(p, ignore_errors=True)
-            except OSError:
-                pass
 
 
-def _write_state(path: Path, state: bytearray, cancel: Callable[[], bool] | None) -> str | None:
-    """Write `state` piece by piece; its sha256, or None when `cancel` said stop between pieces."""
+def _size(folder: Path) -> int:
+    with suppress(OSError):  # removed meanwhile: 0
+        return sum(p.stat().st_size for p in folder.iterdir())
+    return 0
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN equals NaN, as on disk
+
+
+def _rmtree(paths: list[Path | None]) -> None:
+    for p in filter(None, paths):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+@contextmanager
+def _opened(folder: Path) -> Iterator[int]:
+    """The folder held open: its files read through it all come from one entry, even if it is renamed."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _header_at(folder_fd: int):
+    return json.loads(_read_file(folder_fd, HEADER, MAX_HEADER_BYTES))
+
+
+def _read_file(folder_fd: int, name: str, limit: int) -> bytearray:
+    """The bytes of `name` in the open folder; EntryRefused when it is larger than `limit` (not read), or
+    not a plain file (a link, a FIFO: never followed, never waited on)."""
+    with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd), "rb") as f:
+        size, mode = os.fstat(f.fileno()).st_size, os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise EntryRefused(f"the saved {name} is not a plain file")
+        if size > limit:
+            raise EntryRefused(f"the saved {name} is damaged ({size:,} bytes, more than the {limit:,} expected)")
+        data = bytearray(size)
+        got = f.readinto(data)
+        return data if got == size else data[:got]
+
+
+def _write_state(path: Path, data, cancel: Callable[[], bool] | None) -> str | None:
+    """Write `data` piece by piece; its sha256, or None when `cancel` said stop between pieces."""
     sha = hashlib.sha256()
-    view = memoryview(state)
+    view = memoryview(data)
     with open(path, "wb") as f:
         for at in range(0, len(view), WRITE_CHUNK):
             if cancel is not None and cancel():
