@@ -98,9 +98,9 @@ class IdleWork:
     def _save(self, should_stop: Callable[[], bool] | None) -> None:
         try:
             entry = save_rows(self.engine, self.cache, cancel=should_stop)
-        except OSError as exc:  # a full disk: prompt_cache left nothing behind
-            log.warning("prompt cache: saving failed: %s", exc)
-            self._save_note = f"the prompt could not be saved ({exc.strerror or exc})"
+        except Exception as exc:  # noqa: BLE001 - a failed save (full disk, a bug) loses the save, never the live K/V
+            log.warning("prompt cache: saving failed: %s", exc, exc_info=not isinstance(exc, OSError))
+            self._save_note = f"the prompt could not be saved ({getattr(exc, 'strerror', None) or exc})"
             self._saved = True
             return
         self._saved = entry is not None or should_stop is None or not should_stop()  # a stopped save runs again
