@@ -235,13 +235,14 @@ def test_the_idle_work_keeps_the_live_document_when_its_save_fails(tmp_path, mon
 DOCS = [list(range(d * 100, d * 100 + 40 + d)) for d in range(6)]
 
 
-def hammer(root: str, seconds: float, seed: int, results) -> None:
+def hammer(root: str, seconds: float, seed: int, start, results) -> None:
     """Save, load, clear and evict on `root` for `seconds`; report what it did and anything wrong."""
     import random
 
     rnd = random.Random(seed)
     cache = PromptCache(Path(root), limit_bytes=10**9)  # every document fits: only clear and the small evict remove
     log = {"saved": [], "wipes": [], "loaded": 0, "refused": [], "errors": []}
+    start.wait(120)  # both at once
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         op = rnd.random()
@@ -273,8 +274,8 @@ def hammer(root: str, seconds: float, seed: int, results) -> None:
 
 def test_two_processes_saving_loading_clearing_and_evicting_on_one_folder(tmp_path):
     ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=hammer, args=(str(tmp_path / "prompts"), 4.0, seed, results)) for seed in (1, 2)]
+    results, start = ctx.Queue(), ctx.Barrier(2)
+    procs = [ctx.Process(target=hammer, args=(str(tmp_path / "prompts"), 4.0, seed, start, results)) for seed in (1, 2)]
     for p in procs:
         p.start()
     logs = [results.get(timeout=120) for _ in procs]
