@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from . import document_formats as formats
 from .errors import DocumentError, EmptyDocumentError
@@ -25,6 +25,8 @@ _READERS: dict[str, Callable[[Path], str]] = {
 }
 # What the GUI's file dialog and drop target, and `chat --doc`, offer.
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",) + tuple(_READERS)
+# How each of several documents is introduced in the prompt (one document has no heading).
+DOCUMENT_HEADING = "Document {i}: {name}"
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,41 @@ def read_document(path: str | Path) -> str:
     return read_document_parts(path).text
 
 
-def document_messages(document: str, question: str) -> list[ChatMessage]:
-    """One user turn: the document first, the question last (where the model looks hardest)."""
-    if not document.strip():
-        raise EmptyDocumentError("The document is empty: there is nothing to ask about.")
-    content = f"Read this document.\n\n{document.strip()}\n\nQuestion: {question.strip()}"
-    return [ChatMessage("user", content)]
+def document_messages(documents: str | Sequence[DocumentText], question: str) -> list[ChatMessage]:
+    """One user turn: the documents first, in the order attached, the question last (where the model
+    looks hardest). One document is framed as it always was (saved prompt caches and measured recall
+    stay valid); several each get a heading with their name."""
+    if isinstance(documents, str):
+        documents = [DocumentText("", documents)]
+    if not documents or any(not d.text.strip() for d in documents):
+        empty = next((d.name for d in documents if not d.text.strip()), "") if documents else ""
+        raise EmptyDocumentError(f"The document {empty + ' ' if empty else ''}is empty: there is nothing to ask about.")
+    if len(documents) == 1:
+        body = f"Read this document.\n\n{documents[0].text.strip()}"
+    else:
+        body = "Read these documents.\n\n" + "\n\n".join(
+            f"{DOCUMENT_HEADING.format(i=i, name=d.name)}\n\n{d.text.strip()}" for i, d in enumerate(documents, 1))
+    return [ChatMessage("user", f"{body}\n\nQuestion: {question.strip()}")]
+
+
+def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
+    """Each path's document, in the order given; a folder gives its readable documents (DOCUMENT_SUFFIXES),
+    sorted by name; one that cannot be read is skipped; a folder with none is an error."""
+    out: list[DocumentText] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_dir():
+            out.append(read_document_parts(p))
+            continue
+        found = []
+        for f in sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in DOCUMENT_SUFFIXES
+                         and not f.name.startswith(".")), key=lambda f: f.name):
+            try:
+                found.append(read_document_parts(f))
+            except DocumentError:
+                continue  # a folder holds other files too: only its readable documents are attached
+        if not found:
+            raise DocumentError(f"{p} holds no readable document ({', '.join(DOCUMENT_SUFFIXES)}). Choose a folder "
+                                "with documents in it, or the files themselves.")
+        out += found
+    return out
