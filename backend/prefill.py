@@ -57,7 +57,11 @@ class ExactPrefill:
     note: str = ""
     mode: str = "off"
     tag: str | None = None  # exact rows only: what prefix reuse accepts
+    # Where RidgeFill's layout is known and the request has documents: an eval hook that records each
+    # row's cell (cache_layout.CellTap), so the answer's sources can read the rows' keys (backend/sources.py).
+    cells: object | None = None
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
-        cache_n, ms = engine.slot.prefill(tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
+        cache_n, ms = engine.slot.prefill(tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel,
+                                          hook=self.cells)
         return PrefillReport(mode="off", cache_n=cache_n, prompt_ms=ms, note=self.note)

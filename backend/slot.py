@@ -101,26 +101,32 @@ class Slot:
         engine.pin(start, start + n)
 
     def prefill(self, tokens: list[int], *, reuse_prefix: bool = True, on_event: EventSink | None = None,
-                cancel: CancelCheck | None = None) -> tuple[int, float]:
+                cancel: CancelCheck | None = None, hook=None) -> tuple[int, float]:
         """Exact chunked prefill. Returns (cache_n, prompt_ms). Leaves the last token's logits ready.
-        Raises Cancelled between chunks; the chunks already done stay cached for the next request."""
+        Raises Cancelled between chunks; the chunks already done stay cached for the next request.
+        `hook`: a CellRecorder that gives the record each decoded row's cell (see prefill_chunks)."""
         cache_n = self.reusable_prefix(tokens) if reuse_prefix else 0
         self.truncate(cache_n)
         t0 = time.perf_counter()
-        self.prefill_chunks(tokens, cache_n, chunk_n=self._engine.config.n_batch, t0=t0, on_event=on_event,
-                            cancel=cancel)
+        # a hook sees one graph at a time: chunks of one ubatch, so it records every row's cell
+        chunk_n = self._engine.config.n_batch if hook is None else self._engine.ubatch_rows
+        self.prefill_chunks(tokens, cache_n, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, hook=hook)
         return cache_n, (time.perf_counter() - t0) * 1000
 
     def prefill_chunks(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
                        on_event: EventSink | None = None, cancel: CancelCheck | None = None,
-                       stage: str = "prefill") -> None:
+                       stage: str = "prefill", hook=None) -> None:
         """Decode tokens[pos:] exactly, chunk by chunk; the last token's logits are left ready. Progress
-        after each chunk (elapsed since t0); Cancelled between chunks."""
+        after each chunk (elapsed since t0); Cancelled between chunks. `hook`: the eval hook of each
+        chunk's decode, reset before each (a CellRecorder records the chunk's cells: chunk_n at most one
+        ubatch)."""
         while pos < len(tokens):
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
             chunk = tokens[pos : pos + chunk_n]
-            self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens))
+            if hook is not None and hasattr(hook, "reset"):
+                hook.reset()
+            self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens), hook=hook)
             pos += len(chunk)
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage=stage))
