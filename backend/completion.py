@@ -31,6 +31,10 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
 
         raise with_advice(exc) from None
     plan = plan_prefill(engine, request, len(tokens))
+    if request.documents:  # the sources read each document row's key in its cell (backend/sources.py)
+        from .sources import record_cells
+
+        record_cells(engine, plan)
     restored = ""
     if prompt_cache is not None and request.reuse_prefix and plan.mode != "plumb":  # plumb starts at 0
         from .prompt_reuse import restore
@@ -49,5 +53,10 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
     timings.predicted_n = len(answer.tokens)
     timings.predicted_ms = (t_end - t_gen) * 1000
     timings.predicted_per_second = len(answer.tokens) / (t_end - t_gen) if t_end > t_gen and answer.tokens else 0.0
+    sources = []
+    if request.documents and answer.finish_reason != "cancelled":  # after the answer: ttft_ms is not slowed
+        from .sources import find_sources
+
+        sources = find_sources(engine, tokens, request.documents, timings)
     return CompletionResult(text=answer.text, finish_reason=answer.finish_reason, timings=timings,
-                            prompt_tokens=len(tokens), tokens=answer.tokens)
+                            prompt_tokens=len(tokens), tokens=answer.tokens, sources=sources)

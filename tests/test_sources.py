@@ -1,0 +1,114 @@
+"""The answer's sources: rows mapped to characters and pages, several documents, exact rows' cells recorded,
+and sources found after real answers (the embedded model)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.completion import complete
+from backend.documents import DocumentText, document_messages, read_document_parts, read_documents
+from backend.prefill import ExactPrefill
+from backend.protocol import CompletionRequest
+from backend.sources import best_places, passage, place_documents, record_cells
+from test_document_formats import write_pdf
+
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+FACT_A = "The lighthouse keeper of Port Ellis is named Marta Quillfeather."
+FACT_B = "The ferry to Saltmere leaves at seven minutes past nine."
+
+
+def _doc(name: str, fact: str, before: int = 6, after: int = 6) -> DocumentText:
+    return DocumentText(name, FILLER * before + fact + " " + FILLER * after)
+
+
+def _tokens(engine, documents, question="Who keeps the lighthouse?"):
+    return engine.prompt_tokens(CompletionRequest(messages=document_messages(documents, question)))
+
+
+def _peak_at(engine, tokens, placed, text_piece: str):
+    """Scores for every document row with one peak at the row where `text_piece` starts."""
+    candidates = [p for d in placed for p in d.rows]
+    scores = torch.zeros(len(candidates))
+    for d in placed:
+        at = d.doc.text.find(text_piece)
+        if at >= 0:
+            k = max(i for i, c in enumerate(d.char_of_row) if c <= at)
+            scores[candidates.index(d.rows[k])] = 1.0
+    return candidates, scores
+
+
+def test_a_source_points_at_its_passage_in_the_text_the_app_read(small_engine):
+    doc = DocumentText("notes.txt", "\n  " + _doc("", FACT_A).text)  # leading space: offsets still index the file
+    tokens = _tokens(small_engine, [doc])
+    placed = place_documents(small_engine, tokens, [doc])
+    assert len(placed) == 1
+    for k, p in enumerate(placed[0].rows[1:-1], 1):  # each row's offset is where its piece is in the text
+        piece = small_engine.token_bytes(tokens[p]).decode("utf-8")
+        assert doc.text[placed[0].char_of_row[k]:].startswith(piece)
+    candidates, scores = _peak_at(small_engine, tokens, placed, "Marta")
+    top = best_places(placed, candidates, scores, 3)[0]
+    assert top.document == "notes.txt" and top.page is None
+    assert doc.text[top.start : top.end] == top.text
+    assert FACT_A in top.text
+
+
+def test_a_pdf_source_names_the_page_that_holds_it(small_engine, tmp_path):
+    pdf = read_document_parts(write_pdf(tmp_path / "spec.pdf", ["Chapter one is about boats and tides.", FACT_B]))
+    tokens = _tokens(small_engine, [pdf], "When does the ferry leave?")
+    placed = place_documents(small_engine, tokens, [pdf])
+    candidates, scores = _peak_at(small_engine, tokens, placed, "ferry")
+    top = best_places(placed, candidates, scores, 1)[0]
+    assert top.document == "spec.pdf" and "seven minutes past nine" in top.text
+    assert top.page == 2
+    assert pdf.text[top.start : top.end] == top.text
+
+
+def test_several_documents_are_framed_in_order_with_their_names_and_one_as_before():
+    one = document_messages([DocumentText("a.txt", "Alpha text.")], "Q?")[0].content
+    assert one == document_messages("Alpha text.", "Q?")[0].content == "Read this document.\n\nAlpha text.\n\nQuestion: Q?"
+    two = document_messages([DocumentText("a.txt", "Alpha."), DocumentText("b.md", "Beta.")], "Q?")[0].content
+    assert two.index("Document 1: a.txt\n\nAlpha.") < two.index("Document 2: b.md\n\nBeta.") < two.index("Question: Q?")
+
+
+def test_a_folder_gives_its_documents_sorted_by_name(tmp_path):
+    (tmp_path / "b.txt").write_text("Beta.")
+    (tmp_path / "a.md").write_text("Alpha.")
+    (tmp_path / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "empty.txt").write_text("")
+    assert [d.name for d in read_documents([tmp_path])] == ["a.md", "b.txt"]
+
+
+def test_passage_is_the_sentence_around_the_place_and_longer_when_short():
+    text = "First sentence here. " + FACT_A + " Next one follows it. And the last one is here."
+    at = text.index("Marta")
+    start, end = passage(text, text.index("keeper"), at)
+    assert text[start:end].startswith(FACT_A)  # from the sentence's start, not from the place
+    assert end - start >= 100 or end == len(text)
+
+
+def test_an_exact_prefill_with_the_hook_records_every_rows_cell(small_engine):
+    tokens = _tokens(small_engine, [_doc("a.txt", FACT_A)])
+    plan = ExactPrefill()
+    assert record_cells(small_engine, plan) == "" and plan.cells is not None
+    plan.run(small_engine, tokens, reuse_prefix=False, on_event=None, cancel=None)
+    cells = small_engine.slot.record.cells(list(range(len(tokens))))
+    assert min(cells) >= 0 and len(set(cells)) == len(tokens)
+    ExactPrefill().run(small_engine, tokens, reuse_prefix=False, on_event=None, cancel=None)
+    assert small_engine.slot.record.with_cells() == []  # without the hook, none are known
+
+
+@pytest.mark.parametrize("mode", ["off"])
+def test_two_documents_in_one_chat_each_get_sources(small_engine, mode):
+    docs = [_doc("harbour.txt", FACT_A, 4, 4), _doc("ferries.txt", FACT_B, 4, 4)]
+    asked = {}
+    for question, fact in (("Who is the lighthouse keeper of Port Ellis?", FACT_A),
+                           ("When does the ferry to Saltmere leave?", FACT_B)):
+        request = CompletionRequest(messages=document_messages(docs, question), max_tokens=8, mode=mode,
+                                    documents=docs)
+        result = complete(small_engine, request)
+        assert result.sources and result.timings.sources_ms > 0, result.timings.note
+        for s in result.sources:
+            doc = next(d for d in docs if d.name == s.document)
+            assert doc.text[s.start : s.end] == s.text
+        asked[fact] = [s.document for s in result.sources if fact in s.text]
+    assert asked[FACT_A] == ["harbour.txt"] and asked[FACT_B] == ["ferries.txt"]
