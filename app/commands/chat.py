@@ -1,4 +1,5 @@
-"""`python -m app chat --doc FILE "question"`: answer a question about a text file, with timings."""
+"""`python -m app chat --doc FILE [--doc FILE|FOLDER ...] "question"`: answer a question about documents, with
+the answer's sources (backend/sources.py) and timings."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,8 @@ import sys
 from app.commands.common import format_timings, open_engine, stderr_progress
 from app.commands.sampling_args import add_sampling_args, sampling_from_args
 from backend.completion import complete
-from backend.documents import document_messages, read_document
+from backend.documents import document_messages, read_documents
+from backend.errors import DocumentError, DocumentTooLongError
 from backend.idle_work import IdleWork
 from backend.prompt_cache import PromptCache
 from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, TokenEvent
@@ -18,7 +20,9 @@ from backend.stopping import LOOP_NOTE
 def register(sub) -> None:
     p = sub.add_parser("chat", help="ask a question, optionally about a document")
     p.add_argument("question")
-    p.add_argument("--doc", help="a document to ask about: .txt, .md, .pdf, .docx, .html, .epub or .odt")
+    p.add_argument("--doc", action="append", default=[], metavar="PATH",
+                   help="a document to ask about (.txt, .md, .pdf, .docx, .html, .epub or .odt), or a folder: its "
+                        "documents, sorted by name; repeatable, in the order given")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--mode", default=None, choices=MODES,
                    help="off (exact) or a RidgeFill mode (default: the app's, guided on most models)")
@@ -36,8 +40,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    if args.doc:
-        messages = document_messages(read_document(args.doc), args.question)
+    documents = read_documents(args.doc) if args.doc else None
+    if documents:
+        messages = document_messages(documents, args.question)
     else:
         messages = [ChatMessage("user", args.question)]
     engine = open_engine(args)
@@ -45,7 +50,7 @@ def run(args) -> int:
     request = CompletionRequest(
         messages=messages, max_tokens=args.max_tokens, mode=args.mode or default_mode(engine.info),
         split=args.split, tail=args.tail, sampling=sampling_from_args(args, engine.info.sampling),
-        stop=args.stop, stop_loops=True,
+        stop=args.stop, stop_loops=True, documents=documents,
     )
     progress = stderr_progress()
     stream = not args.json and sys.stdout.isatty()
@@ -56,14 +61,21 @@ def run(args) -> int:
             print(event.text, end="", flush=True)
 
     cache = None if args.no_cache else PromptCache()
-    result = complete(engine, request, on_event=on_event, prompt_cache=cache)
+    try:
+        result = complete(engine, request, on_event=on_event, prompt_cache=cache)
+    except DocumentTooLongError as exc:
+        if documents and len(documents) > 1:
+            raise DocumentError(f"{exc} {which_fit(engine, documents, args.question, exc.limit - exc.reserved)}") from None
+        raise
     document = _keep_document(engine, cache, args.refine)
     if args.json:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
                           "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict(),
-                          "document": document.as_dict()}))
+                          "document": document.as_dict(), "sources": [s.as_dict() for s in result.sources]}))
         return 0
     print(("" if stream else result.text) + "\n")
+    if result.sources:
+        print(sources_text(result.sources) + "\n")
     print(format_timings(result.timings))
     if result.finish_reason == "loop":
         print(f"  {LOOP_NOTE}")
@@ -71,6 +83,30 @@ def run(args) -> int:
         saved = "saved" if document.saved else "not saved"
         print(f"  {'prompt cache':<20} {document.line()}, {saved}" + (f" ({document.note})" if document.note else ""))
     return 0
+
+
+def sources_text(sources) -> str:
+    """The answer's sources, best first: where each is and its passage on one line."""
+    lines = ["Sources:"]
+    for i, s in enumerate(sources, 1):
+        where = s.document + (f", p. {s.page}" if s.page is not None else "") + f", characters {s.start:,}-{s.end:,}"
+        lines.append(f"  {i}. {where} (score {s.score:.2f}): \"{' '.join(s.text.split())}\"")
+    return "\n".join(lines)
+
+
+def which_fit(engine, documents, question: str, room: int) -> str:
+    """Which of the documents, taken in order, fit in `room` prompt tokens together."""
+    fit = 0
+    for k in range(1, len(documents) + 1):
+        request = CompletionRequest(messages=document_messages(documents[:k], question))
+        if len(engine.prompt_tokens(request)) > room:
+            break
+        fit = k
+    names = ", ".join(d.name for d in documents[:fit])
+    rest = ", ".join(d.name for d in documents[fit:])
+    if fit == 0:
+        return f"Not even the first document ({documents[0].name}) fits alone."
+    return f"These documents fit together: {names}; these do not: {rest}."
 
 
 def _keep_document(engine, cache, refine: bool):
