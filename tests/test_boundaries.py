@@ -50,6 +50,7 @@ def test_the_contracts_are_all_there():
         "only the engine and the ggml view import llama_cpp",
         "no import cycles in backend",
         "ridgefill never imports the hub or the evals",
+        "ridgefill never imports a request's orchestration",
         "the UI never imports the evals itself",
         "the evals are imported only where an eval runs",
     }
