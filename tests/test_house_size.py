@@ -1,0 +1,32 @@
+"""The house stays livable: no source file over MAX_FILE_LINES lines, no function over MAX_FUNCTION_LINES
+(app, backend, ui; tests are not counted)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+
+def _sources():
+    for top in ("app", "backend", "ui"):
+        yield from sorted((ROOT / top).rglob("*.py"))
+
+
+def test_no_source_file_is_too_long():
+    long = {str(p.relative_to(ROOT)): n for p in _sources()
+            if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_FILE_LINES}
+    assert not long, f"split these files (over {MAX_FILE_LINES} lines): {long}"
+
+
+def test_no_function_is_too_long():
+    long = {}
+    for p in _sources():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{p.relative_to(ROOT)}:{node.name}"] = n
+    assert not long, f"split these functions (over {MAX_FUNCTION_LINES} lines): {long}"
