@@ -112,3 +112,35 @@ def test_two_documents_in_one_chat_each_get_sources(small_engine, mode):
             assert doc.text[s.start : s.end] == s.text
         asked[fact] = [s.document for s in result.sources if fact in s.text]
     assert asked[FACT_A] == ["harbour.txt"] and asked[FACT_B] == ["ferries.txt"]
+
+
+def test_the_servers_reply_carries_the_sources_and_the_openai_client_reads_them(model_path):
+    openai = pytest.importorskip("openai")
+    from app.engine_protocol import EngineSettings
+    from app.server.gateway import ProcessGateway
+    from app.server.runner import LocalServer
+    from app.server.schema import Defaults
+    from backend.sampling import GREEDY
+
+    content = "Read this document.\n\n" + _doc("", FACT_A, 3, 3).text + "\n\nQuestion: Who keeps the lighthouse?"
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": content}]
+    gw = ProcessGateway(EngineSettings(model_path, n_ctx=2048, n_batch=256, warm_up=False)).start()
+    try:
+        gw.wait_ready()
+        srv = LocalServer(gw, defaults=Defaults("off", sampling=GREEDY), port=0).start()
+        try:
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+            model = client.models.list().data[0].id
+            whole = client.chat.completions.create(model=model, messages=messages, max_tokens=6).model_extra["sources"]
+            chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=6, stream=True))
+            streamed = chunks[-1].model_extra["sources"]
+        finally:
+            srv.stop()
+    finally:
+        gw.close()
+    assert whole and whole == streamed  # the same sources, the stream's with its last chunk
+    texts = {"messages[0]": messages[0]["content"], "messages[1]": content}
+    for s in whole:
+        assert set(s) == {"document", "page", "start", "end", "text", "score"} and s["page"] is None
+        assert texts[s["document"]][s["start"] : s["end"]] == s["text"]
+    assert any(FACT_A in s["text"] for s in whole)

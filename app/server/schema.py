@@ -8,7 +8,8 @@ fields dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, dry_seq
 sampler; what a request leaves out is the model's default (backend/sampling.py), as in the GUI.
 Responses follow the OpenAI schema, plus
 llama.cpp server's `timings` object (backend.protocol.Timings: prompt_n, prompt_ms, ..., cache_n,
-ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made exact).
+ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made exact), and beside it
+`sources`: the answer's sources in the request's messages (message_documents).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from backend.documents import DocumentText
 from backend.protocol import MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
 from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
@@ -157,6 +159,13 @@ def _messages(body: dict) -> list[ChatMessage]:
     return out
 
 
+def message_documents(messages: list[ChatMessage]) -> list[DocumentText]:
+    """Documents come in the messages: each user or system message is one, named "messages[i]" (its index in
+    the request), so a source's start and end index that message's content."""
+    return [DocumentText(f"messages[{i}]", m.content) for i, m in enumerate(messages)
+            if m.role in ("user", "system") and m.content.strip()]
+
+
 def _prompt(body: dict) -> str:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -257,8 +266,9 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
     rf = _ridgefill(body, defaults, n_layer)
     stop = _stop(body)
     if chat:
-        request = CompletionRequest(messages=_messages(body), max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                    **rf)
+        messages = _messages(body)
+        request = CompletionRequest(messages=messages, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                    documents=message_documents(messages), **rf)
     else:
         request = CompletionRequest(prompt=_prompt(body), max_tokens=max_tokens, sampling=sampling, stop=stop, **rf)
     return Parsed(request, chat, stream, bool(so.get("include_usage")), stop, model)
@@ -326,6 +336,12 @@ def timings(t: Timings) -> dict:
     return t.as_dict()
 
 
+def sources(result: CompletionResult) -> list[dict]:
+    """Where the answer looked (backend/sources.py), best first: document ("messages[i]"), page, start, end,
+    text, score."""
+    return [s.as_dict() for s in result.sources]
+
+
 def response(p: Parsed, rid: str, model: str, created: int, text: str, result: CompletionResult,
              stopped: bool) -> dict:
     """The whole (non-streamed) answer."""
@@ -336,7 +352,8 @@ def response(p: Parsed, rid: str, model: str, created: int, text: str, result: C
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
     return {"id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": created,
-            "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings)}
+            "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings),
+            "sources": sources(result)}
 
 
 def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
@@ -356,6 +373,7 @@ def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = N
            "model": model, "choices": [choice]}
     if result is not None:
         out["timings"] = timings(result.timings)
+        out["sources"] = sources(result)
     if p.include_usage:
         out["usage"] = None  # OpenAI: null on every chunk but the last, usage-only one
     return out
