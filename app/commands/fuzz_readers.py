@@ -164,8 +164,10 @@ def strategies(seeds: list[bytes]) -> dict:
 def json_strategies(st) -> dict:
     """Any JSON (NaN, deep nesting), the right shape with wrong values, not JSON, not UTF-8."""
     scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
-    anything = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c,
-                                                                                          max_size=4), max_leaves=20)
+    def containers(c):  # a named function: Hypothesis reads a lambda's source to see that it recurses
+        return st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4)
+
+    anything = st.recursive(scalars, containers, max_leaves=20)
     deep = st.integers(1, 200_000).map(lambda n: "[" * n + "]" * n)
     raw = st.binary(max_size=200).map(lambda b: b.decode("latin-1")) | deep
 
@@ -355,8 +357,7 @@ def finding_key(exc: BaseException) -> str:
 
 def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minutes: float = 0,
                input_s: float = INPUT_S) -> dict:
-    """`examples` inputs to one reader (fewer if `minutes` run out); a finding (an input past `input_s`
-    is one) is counted with one input, never a stop."""
+    """`examples` inputs to one reader (fewer if `minutes` run out); a finding (a Hang too) is counted, never a stop."""
     import shutil
     import signal
 
@@ -429,8 +430,7 @@ def run(args) -> int:
     import logging
 
     if importlib.util.find_spec("hypothesis") is None:
-        print("error: fuzz-readers needs hypothesis: pip install -e '.[test]'", file=sys.stderr)
-        return 2
+        return print("error: fuzz-readers needs hypothesis: pip install -e '.[test]'", file=sys.stderr) or 2
     logging.disable(logging.WARNING)  # every set-aside file logs a warning: thousands of lines otherwise
     resource.setrlimit(resource.RLIMIT_DATA, (int(args.memory_gb * 2**30), resource.getrlimit(resource.RLIMIT_DATA)[1]))
     with tempfile.TemporaryDirectory() as tmp:
