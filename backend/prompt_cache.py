@@ -37,6 +37,7 @@ import numpy as np
 from filelock import FileLock
 from safetensors import SafetensorError
 
+from .entry_folder import EntryFolder, NotPlainFile, TooLarge, opened
 from .seq_state import MARK_BYTES, StateFormatError, StateLayout, read_layout
 from .user_paths import prompts_dir
 
@@ -171,9 +172,9 @@ class PromptCache:
             if model_key is not None and not folder.name.startswith(f"{model_key}-"):
                 continue
             try:
-                with _opened(folder) as fd:
-                    header, last_used = _header_at(fd), os.stat(HEADER, dir_fd=fd).st_mtime
-                    ok = not header_problem(header) and stat.S_ISREG(os.stat(STATE, dir_fd=fd).st_mode)
+                with opened(folder) as files:
+                    header, last_used = _header_at(files), files.stat(HEADER).st_mtime
+                    ok = not header_problem(header) and stat.S_ISREG(files.stat(STATE).st_mode)
             except (EntryRefused, *READ_ERRORS):
                 ok = False
             if ok:
@@ -188,8 +189,8 @@ class PromptCache:
     def load(self, entry: Entry, *, model_key: str, build: Build) -> Loaded:
         """The entry's state, checked whole; EntryRefused (the entry removed) if it is bad or gone."""
         try:
-            with _opened(entry.folder) as folder_fd:
-                return self._read(folder_fd, entry, model_key, build)
+            with opened(entry.folder) as files:
+                return self._read(files, entry, model_key, build)
         except (EntryRefused, *READ_ERRORS) as exc:
             self.remove(entry)
             if isinstance(exc, EntryRefused):
@@ -198,8 +199,8 @@ class PromptCache:
                 raise EntryRefused(f"the saved prompt is incomplete or gone ({exc.filename or exc})") from None
             raise EntryRefused(f"the saved prompt could not be read ({type(exc).__name__}: {str(exc)[:200]})") from None
 
-    def _read(self, folder_fd: int, entry: Entry, model_key: str, build: Build) -> Loaded:
-        h = _header_at(folder_fd)
+    def _read(self, files: EntryFolder, entry: Entry, model_key: str, build: Build) -> Loaded:
+        h = _header_at(files)
         if why := header_problem(h):
             raise EntryRefused(f"the saved prompt's header is malformed ({why})")
         if not _same(h, entry.header):
@@ -208,7 +209,7 @@ class PromptCache:
             raise EntryRefused(f"the saved prompt is for another model ({h['model_name']}, key {h['model_key']})")
         if h["build"] != {"llama_cpp": build.llama_cpp, "state_mark": build.state_mark}:
             raise EntryRefused(f"the saved prompt was written by another llama.cpp build ({h['build']})")
-        state = _read_file(folder_fd, STATE, h["state_bytes"])
+        state = _read_file(files, STATE, h["state_bytes"])
         if len(state) != h["state_bytes"] or hashlib.sha256(state).hexdigest() != h["state_sha256"]:
             raise EntryRefused(f"the saved state is damaged ({len(state):,} bytes, sha256 differs from its header)")
         n = len(h["record"]["tokens"])
@@ -226,17 +227,17 @@ class PromptCache:
         exact = n - sum(end - start for start, end, _ in h["record"]["approximated"])
         if (h["exact_rows"], h["clean_rows"]) != (exact, h["record"]["n_clean"]):
             raise EntryRefused("the header's counts of exact and clean rows disagree with its row record")
-        arrays = self._read_streams(folder_fd, h)
+        arrays = self._read_streams(files, h)
         with suppress(OSError):  # evicted since: what was read is whole and checked
-            os.utime(HEADER, dir_fd=folder_fd)  # its last use
+            files.touch(HEADER)  # its last use
         return Loaded(entry, state, layout, arrays)
 
-    def _read_streams(self, folder_fd: int, h: dict) -> dict[str, np.ndarray]:
+    def _read_streams(self, files: EntryFolder, h: dict) -> dict[str, np.ndarray]:
         """The kept split streams, checked against the header (where it has their sha256) and the record."""
         from safetensors.numpy import load
 
         try:
-            blob = _read_file(folder_fd, STREAMS, h.get("streams_bytes", self.limit_bytes))
+            blob = _read_file(files, STREAMS, h.get("streams_bytes", self.limit_bytes))
         except FileNotFoundError:
             if "streams_sha256" in h:
                 raise  # removed while read: "incomplete or gone"
@@ -329,8 +330,8 @@ class PromptCache:
     def _take(self, folder: Path, header: dict | None) -> Path | None:
         """`folder` renamed hidden (the lock held), if it holds `header` or an unreadable one; the hidden path."""
         try:
-            with _opened(folder) as fd:
-                here = _header_at(fd)
+            with opened(folder) as files:
+                here = _header_at(files)
         except (EntryRefused, *READ_ERRORS):
             here = None  # damaged (or gone: the rename below fails)
         if here is not None and not header_problem(here) and not _same(here, header):
@@ -408,32 +409,19 @@ def _rmtree(paths: list[Path | None]) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-@contextmanager
-def _opened(folder: Path) -> Iterator[int]:
-    """The folder held open: its files read through it all come from one entry, even if it is renamed."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+def _header_at(files: EntryFolder):
+    return json.loads(_read_file(files, HEADER, MAX_HEADER_BYTES))
 
 
-def _header_at(folder_fd: int):
-    return json.loads(_read_file(folder_fd, HEADER, MAX_HEADER_BYTES))
-
-
-def _read_file(folder_fd: int, name: str, limit: int) -> bytearray:
+def _read_file(files: EntryFolder, name: str, limit: int) -> bytearray:
     """The bytes of `name` in the open folder; EntryRefused when it is larger than `limit` (not read), or
     not a plain file (a link, a FIFO: never followed, never waited on)."""
-    with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd), "rb") as f:
-        size, mode = os.fstat(f.fileno()).st_size, os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise EntryRefused(f"the saved {name} is not a plain file")
-        if size > limit:
-            raise EntryRefused(f"the saved {name} is damaged ({size:,} bytes, more than the {limit:,} expected)")
-        data = bytearray(size)
-        got = f.readinto(data)
-        return data if got == size else data[:got]
+    try:
+        return files.read(name, limit)
+    except NotPlainFile:
+        raise EntryRefused(f"the saved {name} is not a plain file") from None
+    except TooLarge as exc:
+        raise EntryRefused(f"the saved {name} is damaged ({exc} bytes, more than the {limit:,} expected)") from None
 
 
 def _write_state(path: Path, data, cancel: Callable[[], bool] | None) -> str | None:

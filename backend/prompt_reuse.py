@@ -95,8 +95,8 @@ def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag
             continue  # saved by an engine with a larger context: this one cannot hold it (it stays)
         try:
             here = _reuse_rank(_saved_rows(entry), tokens, accept_tag)
-        except (ValueError, KeyError, TypeError):
-            here = (len(tokens), len(tokens))  # a record that does not read: load() says why and removes it
+        except ValueError:  # listed entries have a record of the right shape; one whose parts disagree:
+            here = (len(tokens), len(tokens))  # load() says why and removes it
         if here > rank:
             best, rank = entry, here
     return best, rank[1]

@@ -1,0 +1,26 @@
+"""Where the OS cannot read files relative to an open folder (Windows), an entry's files are read by path,
+with the same refusals: the hardening tests of tests/test_prompt_cache_hardening.py run that way too."""
+from __future__ import annotations
+
+import pytest
+
+import backend.entry_folder as entry_folder
+import test_prompt_cache_hardening as hardening
+from backend.prompt_cache import PromptCache
+
+BY_PATH_TOO = [
+    hardening.test_a_synthetic_entry_loads_whole,
+    hardening.test_a_fifo_in_an_entry_is_refused_without_waiting,
+    hardening.test_a_state_whose_cell_count_is_huge_is_refused_before_any_allocation,
+    hardening.test_a_reader_refusing_a_replaced_entry_leaves_the_new_one,
+]
+
+
+@pytest.mark.parametrize("test", BY_PATH_TOO, ids=lambda t: t.__name__)
+def test_entries_read_by_path_where_there_is_no_dir_fd(test, tmp_path, monkeypatch):
+    monkeypatch.setattr(entry_folder, "BY_DIR_FD", False)
+    test(PromptCache(tmp_path / "prompts"))
+
+
+def test_this_machine_reads_relative_to_the_folder():  # the tests above are the other way, not this one
+    assert entry_folder.BY_DIR_FD
