@@ -60,6 +60,9 @@ class StateLayout:
         return cells
 
 
+CELL_HEADER_BYTES = 8  # each cell's position and sequence count ("<iI"), before its sequence ids
+
+
 class _Reader:
     def __init__(self, blob: bytes):
         self.blob, self.at = blob, 0
@@ -102,6 +105,8 @@ def _section(r: _Reader) -> CacheSection:
     n_stream, n_cells = r.take("<II")
     if n_stream != 1:
         raise StateFormatError(f"the state holds {n_stream} streams, not one sequence's")
+    if n_cells * CELL_HEADER_BYTES > len(r.blob) - r.at:  # checked before an array is sized by it
+        raise StateFormatError(f"the state says {n_cells:,} cells, more than its {len(r.blob):,} bytes hold")
     positions = np.empty(n_cells, dtype=np.int64)
     for i in range(n_cells):
         positions[i], n_seq = r.take("<iI")

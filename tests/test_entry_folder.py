@@ -24,3 +24,13 @@ def test_entries_read_by_path_where_there_is_no_dir_fd(test, tmp_path, monkeypat
 
 def test_this_machine_reads_relative_to_the_folder():  # the tests above are the other way, not this one
     assert entry_folder.BY_DIR_FD
+
+
+def test_a_state_that_says_more_cells_than_its_bytes_hold_is_refused_before_any_allocation():
+    import struct
+
+    from backend.seq_state import MARK_BYTES, StateFormatError, read_layout
+
+    blob = bytes(MARK_BYTES) + struct.pack("<II", 1, 2**32 - 1)  # one stream, 4 billion cells, no bytes for them
+    with pytest.raises(StateFormatError, match="more than its"):
+        read_layout(blob)
