@@ -130,7 +130,7 @@ class IdleWork:
         held_back = self._held_back and not rows.all_exact
         never_exact = held_back and not self._may_refine()  # nothing will make it exact, so it stays unsaved
         st = DocumentStatus(tokens=len(rows), exact_rows=rows.n_clean, refining=self.pending and self._may_refine(),
-                            saved=self._saved and not held_back and self._document is not None,
+                            saved=self._saved and not self._save_note and not held_back and self._document is not None,
                             saving=self.cache is not None and self.pending and not self._saved,
                             note=" ".join(n for n in (self._save_note, self._refine_note,
                                                       HELD_BACK_NOTE if never_exact else "") if n))

@@ -227,7 +227,7 @@ def test_the_idle_work_keeps_the_live_document_when_its_save_fails(tmp_path, mon
         assert work.step()
         assert engine.slot.tokens == toks and len(engine.slot.record) == len(toks)
         st = work.status()
-        assert "could not be saved" in st.note and not work.pending \
+        assert "could not be saved" in st.note and not st.saved and not work.pending \
             and [p.name for p in (tmp_path / "prompts").iterdir()] == [KEYS_FILE]  # nothing half-written
 
 
