@@ -76,7 +76,11 @@ class Entry:
 
     def as_dict(self) -> dict:
         """The entry as `cache list --json` prints it."""
-        return {"files": [str(p) for p in sorted(self.folder.iterdir())], "model": self.header.get("model_name"),
+        try:
+            files = [str(p) for p in sorted(self.folder.iterdir())]
+        except OSError:  # removed by another process since it was listed
+            files = []
+        return {"files": files, "model": self.header.get("model_name"),
                 "tokens": self.header.get("n_tokens"), "exact_rows": self.header.get("exact_rows"),
                 "bytes": self.n_bytes,
                 "last_used": datetime.fromtimestamp(self.last_used, timezone.utc).isoformat(timespec="seconds")}

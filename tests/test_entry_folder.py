@@ -34,3 +34,15 @@ def test_a_state_that_says_more_cells_than_its_bytes_hold_is_refused_before_any_
     blob = bytes(MARK_BYTES) + struct.pack("<II", 1, 2**32 - 1)  # one stream, 4 billion cells, no bytes for them
     with pytest.raises(StateFormatError, match="more than its"):
         read_layout(blob)
+
+
+def test_an_entry_removed_by_another_process_after_listing_still_prints(tmp_path):
+    import shutil
+
+    from fuzz_cache import save_synthetic, synthetic_facts
+
+    cache = PromptCache(tmp_path / "prompts")
+    save_synthetic(cache, synthetic_facts(list(range(20))))
+    (entry,) = cache.entries()
+    shutil.rmtree(entry.folder)  # `cache list` of another process got there first
+    assert entry.as_dict()["files"] == [] and entry.as_dict()["tokens"] == 20
