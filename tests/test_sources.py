@@ -144,3 +144,23 @@ def test_the_servers_reply_carries_the_sources_and_the_openai_client_reads_them(
         assert set(s) == {"document", "page", "start", "end", "text", "score"} and s["page"] is None
         assert texts[s["document"]][s["start"] : s["end"]] == s["text"]
     assert any(FACT_A in s["text"] for s in whole)
+
+
+def test_sources_are_found_after_a_prompt_cache_reload(small_engine, tmp_path):
+    from backend.prompt_cache import PromptCache
+    from backend.prompt_reuse import save_rows
+
+    docs = [_doc("notes.txt", FACT_A, 8, 8)]
+    cache = PromptCache(tmp_path / "prompts")
+
+    def ask(question: str):
+        request = CompletionRequest(messages=document_messages(docs, question), max_tokens=4, mode="off",
+                                    documents=docs)
+        return complete(small_engine, request, prompt_cache=cache)
+
+    ask("Who keeps the lighthouse of Port Ellis?")
+    assert save_rows(small_engine, cache) is not None
+    small_engine.slot.truncate(0)  # as a new process: only the saved entry holds the document
+    again = ask("What is the name of the lighthouse keeper?")
+    assert again.timings.cache_n > 0  # the document came from the saved entry, its rows' cells derived
+    assert again.sources and any(FACT_A in s.text for s in again.sources), again.timings.note
