@@ -28,7 +28,7 @@ def load_with_hostile(url: str, args):
     import threading
 
     from app.server.hostile import run_hostile
-    from app.server.load import run_load
+    from app.server.load import health_when_idle, run_load
 
     stop, box = threading.Event(), {}
     thread = threading.Thread(target=lambda: box.update(h=run_hostile(url, stop)), name="hostile", daemon=True)
@@ -42,6 +42,7 @@ def load_with_hostile(url: str, args):
     if not args.hostile:
         return report, None
     thread.join(120)
+    report.health_after = health_when_idle(url, 60)  # again: the hostile clients ran on after the load's check
     return report, box["h"].summary() if "h" in box else {"sent": 0, "unfinished": True}
 
 
@@ -79,8 +80,9 @@ def run(args) -> int:
     else:
         print("\n".join(report_lines(summary, latency)))
         if hostile is not None:
-            print(f"hostile clients: {hostile.get('sent')} sent, {hostile.get('as_expected')} got their 4xx "
-                  f"(or were cancelled), unexpected {hostile.get('unexpected') or 'none'}; engine restarted: "
-                  f"{'yes' if restarts else 'no'}")
+            print(f"hostile clients: {hostile.get('sent')} sent, {hostile.get('as_expected')} got their 4xx (a "
+                  f"disconnect: its 200, then cancelled), {hostile.get('turned_away_queue_full')} turned away by the "
+                  f"full queue before their body was read (503 queue_full), unexpected "
+                  f"{hostile.get('unexpected') or 'none'}; engine restarted: {'yes' if restarts else 'no'}")
     bad = hostile is not None and (hostile.get("unexpected") or hostile.get("unfinished"))
     return 0 if summary["lost"] == 0 and summary["healthy_after"] and not bad and not restarts else 1

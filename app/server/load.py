@@ -145,11 +145,17 @@ def run_load(base_url: str, *, clients: int = 8, requests: int = 5, max_tokens: 
     for t in threads:
         t.join()
     report = LoadReport(clients, requests, time.perf_counter() - t0, outcomes)
-    deadline = time.monotonic() + 30
-    while True:  # a cancelled or last task may still be ending in the engine
-        _, report.health_after = get_json(base_url + "/health")
-        if report.health_after.get("in_flight") == 0 or time.monotonic() > deadline:
-            return report
+    report.health_after = health_when_idle(base_url)
+    return report
+
+
+def health_when_idle(base_url: str, timeout: float = 30.0) -> dict:
+    """/health once nothing is in flight (a cancelled or last task may still be ending), or at `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, health = get_json(base_url + "/health")
+        if health.get("in_flight") == 0 or time.monotonic() > deadline:
+            return health
         time.sleep(0.1)
 
 
