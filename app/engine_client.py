@@ -19,6 +19,7 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from app.engine_messages import Receiver, TaskEnd, route
 from app.engine_process import EngineProcess
 from app.engine_protocol import (
     DocumentState,
@@ -27,7 +28,6 @@ from app.engine_protocol import (
     EngineReady,
     EngineSettings,
     EngineStarted,
-    TaskCancelled,
     TaskDone,
     TaskEvent,
     TaskFailed,
@@ -55,13 +55,17 @@ class TaskHandle:
         self.result: Any = None
         self.error: tuple[str, str] | None = None  # (error_type, message) of a failed or cancelled task
         self._client = client
-        self._callbacks: dict[str, list[Callable]] = {"event": [], "done": [], "failed": [], "cancelled": []}
+        self._callbacks: dict[str, list[Callable]] = {"event": [], "done": [], "failed": [], "cancelled": [],
+                                                      "message": []}
 
     def connect(self, *, on_event: Callable[[Any], None] | None = None, on_done: Callable[[Any], None] | None = None,
                 on_failed: Callable[[str, str], None] | None = None,
-                on_cancelled: Callable[[str], None] | None = None) -> "TaskHandle":
-        """Add callbacks (after those given to submit)."""
-        for name, fn in (("event", on_event), ("done", on_done), ("failed", on_failed), ("cancelled", on_cancelled)):
+                on_cancelled: Callable[[str], None] | None = None,
+                on_message: Callable[[Any], None] | None = None) -> "TaskHandle":
+        """Add callbacks (after those given to submit). `on_message` gets the task's messages as they came
+        (TaskEvent, then TaskDone, TaskFailed or TaskCancelled), after the state changed."""
+        for name, fn in (("event", on_event), ("done", on_done), ("failed", on_failed), ("cancelled", on_cancelled),
+                         ("message", on_message)):
             if fn is not None:
                 self._callbacks[name].append(fn)
         return self
@@ -91,6 +95,10 @@ class TaskHandle:
             except Exception:  # noqa: BLE001 - one bad callback must not lose the other messages
                 sys.excepthook(*sys.exc_info())
 
+    def _deliver(self, msg: TaskEvent) -> None:
+        self._call("event", msg.event)
+        self._call("message", msg)
+
     def _finish(self, msg) -> None:
         if isinstance(msg, TaskDone):
             self.state, self.result = DONE, msg.result
@@ -101,14 +109,16 @@ class TaskHandle:
         else:
             self.state, self.error = CANCELLED, ("Cancelled", msg.message)
             self._call("cancelled", msg.message)
+        self._call("message", msg)
         self._callbacks = {k: [] for k in self._callbacks}  # nothing more will come; free the closures
 
 
-class TaskClient(QObject):
+class TaskClient(QObject, Receiver):
     """Delivers a task source's messages to the handles of the tasks they belong to (GUI thread).
 
     The source has submit(kind, payload) -> id, cancel(id) and poll() -> messages (TaskEvent,
-    TaskDone, TaskFailed, TaskCancelled, and anything else for `_on_message`).
+    TaskDone, TaskFailed, TaskCancelled, and the engine's own: app/engine_messages.route calls this client's
+    method for each kind).
     """
 
     busy_changed = Signal(bool)  # some task of this client is pending / none is
@@ -124,10 +134,12 @@ class TaskClient(QObject):
     def submit(self, kind: Any, payload: Any = None, *, owner: QObject | None = None,
                on_event: Callable[[Any], None] | None = None, on_done: Callable[[Any], None] | None = None,
                on_failed: Callable[[str, str], None] | None = None,
-               on_cancelled: Callable[[str], None] | None = None) -> TaskHandle:
+               on_cancelled: Callable[[str], None] | None = None,
+               on_message: Callable[[Any], None] | None = None) -> TaskHandle:
         tid = self.source.submit(kind, payload)
         handle = TaskHandle(self, tid, kind, owner)
-        handle.connect(on_event=on_event, on_done=on_done, on_failed=on_failed, on_cancelled=on_cancelled)
+        handle.connect(on_event=on_event, on_done=on_done, on_failed=on_failed, on_cancelled=on_cancelled,
+                       on_message=on_message)
         was_busy = self.busy
         self._handles[tid] = handle
         if not was_busy:
@@ -158,29 +170,28 @@ class TaskClient(QObject):
         return False
 
     def _deliver(self, msg) -> None:
-        if isinstance(msg, TaskEvent):
-            h = self._handles.get(msg.id)
-            if h is not None:
-                if h._owner_gone():
-                    self._handles.pop(msg.id)
-                    self.source.cancel(msg.id)  # nobody is left to see it
-                    self._went_idle_maybe()
-                else:
-                    h._call("event", msg.event)
-        elif isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):
-            h = self._handles.pop(msg.id, None)
-            if h is not None:
-                h._finish(msg)
-                self._went_idle_maybe()
+        route(msg, self)
+
+    def task_event(self, msg: TaskEvent) -> None:
+        h = self._handles.get(msg.id)
+        if h is None:
+            return
+        if h._owner_gone():
+            self._handles.pop(msg.id)
+            self.source.cancel(msg.id)  # nobody is left to see it
+            self._went_idle_maybe()
         else:
-            self._on_message(msg)
+            h._deliver(msg)
+
+    def task_ended(self, msg: TaskEnd) -> None:
+        h = self._handles.pop(msg.id, None)
+        if h is not None:
+            h._finish(msg)
+            self._went_idle_maybe()
 
     def _went_idle_maybe(self) -> None:
         if not self._handles:
             self.busy_changed.emit(False)
-
-    def _on_message(self, msg) -> None:
-        log.warning("unexpected message %r", msg)
 
 
 class EngineClient(TaskClient):
@@ -224,14 +235,14 @@ class EngineClient(TaskClient):
     def _keep_polling(self) -> bool:
         return self.process.running
 
-    def _on_message(self, msg) -> None:
-        if isinstance(msg, EngineStarted):
-            self.ready.emit(msg.ready)
-        elif isinstance(msg, EngineCrashed):
-            self.crashed.emit(msg.message)
-        elif isinstance(msg, EngineFatal):
-            self.fatal.emit(msg.message)
-        elif isinstance(msg, DocumentState):
-            self.document_changed.emit(msg.status)
-        else:
-            super()._on_message(msg)
+    def engine_started(self, msg: EngineStarted) -> None:
+        self.ready.emit(msg.ready)
+
+    def engine_crashed(self, msg: EngineCrashed) -> None:
+        self.crashed.emit(msg.message)
+
+    def engine_fatal(self, msg: EngineFatal) -> None:
+        self.fatal.emit(msg.message)
+
+    def document_state(self, msg: DocumentState) -> None:
+        self.document_changed.emit(msg.status)

@@ -16,7 +16,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from app.engine_client import EngineClient
-from app.engine_protocol import EngineReady, TaskCancelled, TaskDone, TaskEvent, TaskFailed, TaskKind
+from app.engine_protocol import EngineReady, TaskCancelled, TaskEvent, TaskFailed, TaskKind
 from app.server.gateway import Deliver, Ticket, check_payload
 
 log = logging.getLogger(__name__)
@@ -79,17 +79,14 @@ class QtGateway(QObject):
             return
         key = id(ticket)
 
-        def end(msg) -> None:
-            if self._handles.pop(key, None) is not None:  # not abandoned: the server still waits for it
+        def pass_on(msg) -> None:  # the task's messages as they came (app/engine_messages.py routed them)
+            if isinstance(msg, TaskEvent):
+                ticket.deliver(msg)
+            elif self._handles.pop(key, None) is not None:  # not abandoned: the server still waits for it
                 ticket.ended = True
                 ticket.deliver(msg)
 
-        h = self.client.submit(
-            ticket.kind, ticket.payload, owner=self,
-            on_event=lambda ev: ticket.deliver(TaskEvent(h.id, ev)),
-            on_done=lambda result: end(TaskDone(h.id, result)),
-            on_failed=lambda error_type, message: end(TaskFailed(h.id, error_type, message)),
-            on_cancelled=lambda message: end(TaskCancelled(h.id, message)))
+        h = self.client.submit(ticket.kind, ticket.payload, owner=self, on_message=pass_on)
         ticket.task_id = h.id
         if h.running():
             self._handles[key] = (h, ticket)

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
+from app.engine_messages import Receiver, TaskEnd, route
 from app.engine_process import EngineProcess
 from app.engine_protocol import (
     PAYLOAD_TYPES,
@@ -26,8 +27,6 @@ from app.engine_protocol import (
     EngineReady,
     EngineSettings,
     EngineStarted,
-    TaskCancelled,
-    TaskDone,
     TaskEvent,
     TaskFailed,
     TaskKind,
@@ -85,7 +84,7 @@ def check_payload(kind: TaskKind, payload: Any) -> TaskKind:
     return kind
 
 
-class ProcessGateway:
+class ProcessGateway(Receiver):
     """An EngineProcess driven by a pump thread of its own (for `python -m app serve` and the tests)."""
 
     def __init__(self, settings: EngineSettings, *, auto_restart: bool = True):
@@ -200,23 +199,30 @@ class ProcessGateway:
                 self.process.cancel(ticket.task_id)
 
     def _dispatch(self, msg) -> None:
-        if isinstance(msg, TaskEvent):
-            ticket = self._tickets.get(msg.id)
-            if ticket is not None:
-                self._call(ticket, msg)
-        elif isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):
-            ticket = self._tickets.pop(msg.id, None)
-            if ticket is not None:
-                self._end(ticket, msg)
-        elif isinstance(msg, EngineStarted):
-            self._info, self._state, self._problem = msg.ready, "ready", ""
-            self._ready.set()
-        elif isinstance(msg, EngineCrashed):
-            self._info, self._state, self._problem = None, "loading", msg.message
-            self._ready.clear()
-        elif isinstance(msg, EngineFatal):
-            self._info, self._state, self._problem = None, "fatal", msg.message
-            self._ready.set()
+        route(msg, self)
+
+    # -- app/engine_messages.Receiver --
+    def task_event(self, msg: TaskEvent) -> None:
+        ticket = self._tickets.get(msg.id)
+        if ticket is not None:
+            self._call(ticket, msg)
+
+    def task_ended(self, msg: TaskEnd) -> None:
+        ticket = self._tickets.pop(msg.id, None)
+        if ticket is not None:
+            self._end(ticket, msg)
+
+    def engine_started(self, msg: EngineStarted) -> None:
+        self._info, self._state, self._problem = msg.ready, "ready", ""
+        self._ready.set()
+
+    def engine_crashed(self, msg: EngineCrashed) -> None:
+        self._info, self._state, self._problem = None, "loading", msg.message
+        self._ready.clear()
+
+    def engine_fatal(self, msg: EngineFatal) -> None:
+        self._info, self._state, self._problem = None, "fatal", msg.message
+        self._ready.set()
 
     def _end(self, ticket: Ticket, msg) -> None:
         self._tickets.pop(ticket.task_id, None)
