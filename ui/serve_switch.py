@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 from app.engine_client import EngineClient
 from app.engine_protocol import EngineReady, TaskCancelled, TaskEvent, TaskFailed, TaskKind
 from app.server.gateway import Deliver, Ticket, check_payload
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,6 @@ class ServeSwitch(QObject):
     @Slot(bool)
     def set_serving(self, on: bool) -> None:
         if on and self.server is None:
-            from app.commands.serve import DEFAULT_MODE
             from app.server.runner import LocalServer, ServerConfigError
             from app.server.schema import Defaults
 

@@ -8,11 +8,7 @@ from app.commands.common import model_path
 from app.commands.sampling_args import add_sampling_args, sampling_from_args, sampling_given
 from app.engine_protocol import EngineSettings
 from backend.protocol import MODES
-from backend.ridgefill import defaults as rf_defaults
-
-# The mode a request runs when it names none: the app's RidgeFill default (guided once
-# backend/ridgefill/defaults.py has DEFAULT_MODE; speed before that).
-DEFAULT_MODE = getattr(rf_defaults, "DEFAULT_MODE", "speed")
+from backend.ridgefill.defaults import DEFAULT_MODE  # the mode a request runs when it names none
 KEY_VARIABLE = "RIDGEFILL_API_KEY"
 
 
