@@ -3,25 +3,21 @@ The screenshot driver that drives this window through scenes is app/screenshots.
 from __future__ import annotations
 
 import sys
-import time
 
 
 def build_window(args=None):
     """The settings, the engine client (started) and the main window."""
     from app.conversations import ConversationStore
     from app.engine_client import EngineClient
-    from app.settings import Settings
+    from app.settings import RunOverrides, Settings
     from ui.main_window import MainWindow
 
     settings = Settings.load()
-    if args is not None:  # command-line options win over saved settings for this run
-        if getattr(args, "model", None):
-            settings.model_path = args.model
-        if getattr(args, "threads", None):
-            settings.threads = args.threads
+    # command-line options win over the saved settings for this run, and are not saved into them
+    overrides = RunOverrides(getattr(args, "model", None), getattr(args, "threads", None))
     settings.use_cache_location()
-    service = EngineClient(settings.engine_settings())
-    window = MainWindow(settings, service, ConversationStore())
+    service = EngineClient(overrides.apply(settings.engine_settings()))
+    window = MainWindow(settings, service, ConversationStore(), overrides=overrides)
     service.start()
     return window
 

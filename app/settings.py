@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from app.engine_protocol import EngineSettings
@@ -79,3 +79,18 @@ class Settings:
     def use_cache_location(self) -> None:
         """This process's user cache follows the setting (the engine child's follows engine_settings())."""
         user_paths.use_cache_root(self.cache_location or None)
+
+
+@dataclass
+class RunOverrides:
+    """What the command line chose for this run only (`--model`, `--threads`): applied over the saved
+    settings wherever the engine is (re)built, never written into them. Opening another model in the
+    window ends the model override."""
+
+    model_path: str | None = None
+    threads: int | None = None
+
+    def apply(self, engine: EngineSettings) -> EngineSettings:
+        return replace(engine, model_path=self.model_path or engine.model_path,
+                       n_threads=self.threads or engine.n_threads)
+

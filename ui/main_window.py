@@ -33,7 +33,7 @@ from app.engine_protocol import (
     TuneDone,
     TuneRequest,
 )
-from app.settings import Settings
+from app.settings import RunOverrides, Settings
 from backend.errors import ModelFileError
 from backend.eta import Eta
 from backend.model_file import read_model_header
@@ -51,9 +51,10 @@ from ui.ttft_chart import TtftChart
 
 class MainWindow(QMainWindow):
     def __init__(self, settings: Settings, service: EngineClient, store: ConversationStore | None = None,
-                 *, owns_service: bool = True):
+                 *, owns_service: bool = True, overrides: RunOverrides | None = None):
         super().__init__()
         self.settings = settings
+        self.overrides = overrides or RunOverrides()  # this run's command line, never saved
         self.service = service
         self.owns_service = owns_service  # tests share one engine between windows
         self.store = store or ConversationStore()
@@ -285,7 +286,7 @@ class MainWindow(QMainWindow):
 
     def restart_engine(self, settings: EngineSettings | None = None) -> None:
         self.engine_label.setText("Restarting the engine…")
-        self.service.restart(settings or self.settings.engine_settings())
+        self.service.restart(settings or self.overrides.apply(self.settings.engine_settings()))
 
     @Slot()
     def choose_model(self) -> None:
@@ -301,6 +302,7 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Open model", str(exc))
             return
         self.settings.model_path = path
+        self.overrides.model_path = None  # the user's choice now
         self.settings.save()
         self.show_model(path)
         self.chart.clear()
