@@ -211,7 +211,12 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     assert (req.mode, req.split, req.tail) == ("off", None, None)  # the toggle is off in these tests
     c.toggle.setChecked(True)
     req = window.chat.build_request("q")
-    assert (req.mode, req.split, req.tail) == (DEFAULT_MODE, 5, c.tail())  # the mode box starts at the default
+    # the mode box starts at the default; the tail left at the model's default is asked as None (the engine's)
+    assert (req.mode, req.split, req.tail) == (DEFAULT_MODE, 5, None)
+    c.tail_spin.setValue(c.tail() + 64)
+    c.slider.setValue(c.model_defaults[0])
+    req = window.chat.build_request("q")
+    assert (req.split, req.tail) == (None, c.model_defaults[1] + 64)  # what the user moved, and only that
 
 
 def test_generation_settings_persist_per_model(qtbot, window, service, home, tmp_path, model_path):

@@ -216,7 +216,7 @@ class ChatPanel(QWidget):
         """The request for `question` with the RidgeFill controls' mode, split and tail as they are now,
         unless `over` gives others (the exact run of a comparison: mode="off")."""
         c = self.controls
-        now = {"mode": c.mode(), "split": c.split(), "tail": c.tail(), "max_tokens": self.max_tokens}
+        now = {"mode": c.mode(), "split": c.asked_split(), "tail": c.asked_tail(), "max_tokens": self.max_tokens}
         return chat_session.build_request(self.conv, question, **{**now, **over})
 
     @Slot(object)

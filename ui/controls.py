@@ -53,6 +53,7 @@ class RidgeFillControls(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("RidgeFill", parent)
         self.n_layer = 0  # no model yet: set_model gives the layers and the defaults
+        self.model_defaults: tuple[int, int] | None = None  # the shown model's default (split, tail)
         self._build_widgets()
         self._lay_out()
         self._connect()
@@ -164,6 +165,15 @@ class RidgeFillControls(QGroupBox):
 
     def tail(self) -> int:
         return self.tail_spin.value()
+
+    def asked_split(self) -> int | None:
+        """The split a request asks for: None while the slider shows the model's default (the engine
+        resolves it: backend/ridgefill/defaults.py), else the user's."""
+        return None if self.model_defaults and self.split() == self.model_defaults[0] else self.split()
+
+    def asked_tail(self) -> int | None:
+        """The tail a request asks for: None at the model's default, else the user's."""
+        return None if self.model_defaults and self.tail() == self.model_defaults[1] else self.tail()
 
     # -- maps --
     def set_maps_status(self, status: str, reasons: list[str] | None = None) -> None:

@@ -66,7 +66,6 @@ class MainWindow(QMainWindow):
         self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
         self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
         self._shown_model: tuple[str, int] | None = None  # (resolved path, n_layer) the controls show
-        self._model_defaults: tuple[int, int] | None = None  # that model's default (split, tail)
 
         self._build_tabs()
         self._build_docks()
@@ -226,7 +225,7 @@ class MainWindow(QMainWindow):
         except ModelFileError as exc:
             self.controls.set_model(0, 1, MIN_TAIL, MIN_TAIL, None)
             self.controls.split_label.setText(str(exc))
-            self._shown_model = self._model_defaults = None
+            self._shown_model = self.controls.model_defaults = None
             return False
         self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info),
                           default_mode(info), info.sampling)
@@ -238,7 +237,7 @@ class MainWindow(QMainWindow):
         tail = s.tail if s.tail >= MIN_TAIL else tail0
         self.controls.set_model(n_layer, split, tail, MIN_TAIL, mode)
         self._shown_model = (str(Path(path).resolve()), n_layer)
-        self._model_defaults = (split0, tail0)
+        self.controls.model_defaults = (split0, tail0)
         self.generation.set_model(Path(path).name, sampling)
 
     @Slot()
@@ -397,8 +396,8 @@ class MainWindow(QMainWindow):
         self._fit_task = None
         self.controls.fit_finished()
         self.controls.set_tuned(res.summary)
-        if self._model_defaults is not None:  # the tuned split is this model's default from now on
-            self._model_defaults = (res.split, self._model_defaults[1])
+        if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
+            self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
         self.controls.slider.setValue(res.split)
         self.check_maps(res.split)
         self.models.refresh()
@@ -418,10 +417,8 @@ class MainWindow(QMainWindow):
         s = self.settings
         s.ridgefill_on = self.controls.toggle.isChecked()
         s.compare_exact = self.controls.compare.isChecked()
-        if self._model_defaults is not None:  # a value left at the model's default is saved as "default" (0)
-            split, tail = self.controls.split(), self.controls.tail()
-            s.split = 0 if split == self._model_defaults[0] else split
-            s.tail = 0 if tail == self._model_defaults[1] else tail
+        if self.controls.model_defaults is not None:  # a value left at the model's default is saved as 0
+            s.split, s.tail = self.controls.asked_split() or 0, self.controls.asked_tail() or 0
         try:
             s.save()
         except OSError:
