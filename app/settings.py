@@ -15,6 +15,7 @@ from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
 from backend.json_file import read_object, write_private
+from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
 
 FILE_NAME = "settings.json"
@@ -34,7 +35,7 @@ class Settings:
     tail: int = 0  # 0 = the default exact tail
     compare_exact: bool = False
     generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
-    prompt_cache_gb: int = 4  # the prompt cache on disk at most this size (0: no prompt cache)
+    prompt_cache_gb: int = DEFAULT_LIMIT_BYTES // 10**9  # the prompt cache on disk at most this size (0: none)
 
     @classmethod
     def path(cls) -> Path:
