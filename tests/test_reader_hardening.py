@@ -272,7 +272,6 @@ KNOWN = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="map_format.read_manifest raises RecursionError/TypeError/ValueError (reported)")
 @pytest.mark.parametrize("case", sorted(KNOWN))
 def test_read_manifest_raises_only_its_documented_errors(tmp_path, case):
     from backend.ridgefill.map_format import FormatError, read_manifest
@@ -283,7 +282,6 @@ def test_read_manifest_raises_only_its_documented_errors(tmp_path, case):
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="map_format.read_manifest lists range(split + 1, n_layer) (reported)")
 def test_read_manifest_memory_is_bounded_by_the_file(tmp_path):
     from backend.ridgefill.map_format import FormatError, read_manifest
 

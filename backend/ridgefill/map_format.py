@@ -152,6 +152,9 @@ class FormatError(Exception):
     """A folder that does not hold a valid map set (the reason is the message)."""
 
 
+MAX_LAYERS = 4096  # far above any model's layer count, so a manifest cannot make read_manifest list billions
+
+
 def read_manifest(folder: Path) -> dict:
     """Parse and sanity-check `ridgefill.json` (JSON only). Raises FileNotFoundError or FormatError."""
     path = folder / MANIFEST
@@ -159,8 +162,8 @@ def read_manifest(folder: Path) -> dict:
         raise FileNotFoundError(f"{folder} has no {MANIFEST}")
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{MANIFEST} is not valid JSON ({exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise FormatError(f"{MANIFEST} is not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise FormatError(f"{MANIFEST} is not a RidgeFill map manifest")
     if m.get("format_version") != FORMAT_VERSION:
@@ -181,7 +184,9 @@ def read_manifest(folder: Path) -> dict:
             raise FormatError(f"the manifest lists '{name}', which is not a plain file name in the folder")
         if not name.endswith(READABLE_SUFFIXES) or name == MANIFEST:
             raise FormatError(f"the manifest lists '{name}'; only .safetensors and .json files are allowed")
-    expected = [l for l in range(m["split"] + 1, m["n_layer"])]
+    if not all(type(l) is int for l in m["layers"]) or not 0 < m["split"] < m["n_layer"] <= MAX_LAYERS:
+        raise FormatError(f"the maps' split {m['split']}, layer count {m['n_layer']} or layers are not layer numbers")
+    expected = list(range(m["split"] + 1, m["n_layer"]))
     if sorted(m["layers"]) != expected:
         raise FormatError(f"the maps cover layers {m['layers']}, but split {m['split']} needs {expected}")
     for l in m["layers"]:
