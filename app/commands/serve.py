@@ -15,7 +15,7 @@ KEY_VARIABLE = "RIDGEFILL_API_KEY"
 def register(sub) -> None:
     from app.server.api import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
     from app.server.runner import DEFAULT_HOST, DEFAULT_PORT
-    from app.server.schema import DEFAULT_MAX_TOKENS
+    from backend.protocol import DEFAULT_MAX_TOKENS
 
     p = sub.add_parser("serve", help="serve the model with the OpenAI API on localhost (docs/SERVER.md)")
     p.add_argument("--host", default=DEFAULT_HOST,

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backend.documents import DocumentText
-from backend.protocol import MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
+from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
 from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
-DEFAULT_MAX_TOKENS = 512  # when a request gives none (OpenAI's own default is "up to the context")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_STOP_CHARS = 256  # each is matched against the answer's end at every token: a long one would stall the loop
 # Size-like fields beyond any context the app runs (128K tokens) are mistakes or attacks, refused rather than sent on
