@@ -164,3 +164,17 @@ def test_sources_are_found_after_a_prompt_cache_reload(small_engine, tmp_path):
     again = ask("What is the name of the lighthouse keeper?")
     assert again.timings.cache_n > 0  # the document came from the saved entry, its rows' cells derived
     assert again.sources and any(FACT_A in s.text for s in again.sources), again.timings.note
+
+
+def test_a_ridgefill_prefill_records_every_rows_cell_its_tail_too(small_engine):
+    """The sources score every document row by its key in its cell: the exact tail's rows included."""
+    from backend.ridgefill.plan import ridgefill_prefill
+    from test_quality_mode import SPLIT, ZeroMaps
+    from test_ridgefill_injection import induction_prompt
+
+    toks = induction_prompt(small_engine, 1200)
+    rep = ridgefill_prefill(small_engine, toks, "speed", SPLIT, 64, maps=ZeroMaps())
+    assert rep.mode == "speed" and rep.bulk_n == len(toks) - 64
+    cells = small_engine.slot.record.cells(list(range(len(toks))))
+    assert min(cells) >= 0 and len(set(cells)) == len(toks)
+

@@ -173,7 +173,9 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
         report.exact_n = _make_rows_exact(engine, rt, plan, tokens, bulk_end, phases, cancel, streams)
     with phases("tail"):
         chunk_n = engine.ubatch_rows
-        slot.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail")
+        # the tail's cells are recorded too (one ubatch a chunk): the answer's sources score every row's key
+        slot.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail",
+                            hook=CellTap(rt.layout))
     report.prompt_ms = (time.perf_counter() - t0) * 1000
     report.breakdown_ms = phases.rounded()
     return report
