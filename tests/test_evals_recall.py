@@ -15,15 +15,17 @@ REQUIRED = {"id", "mode", "length", "depth", "variant", "region", "correct", "re
 
 @pytest.fixture
 def counted(small_engine, monkeypatch):
-    """The real engine, counting the requests it answers."""
+    """The real engine, counting the requests the recall eval has it answer."""
+    from backend.evals import recall
+
     calls = []
-    real = small_engine.complete
+    real = recall.complete
 
-    def complete(request, **kw):
+    def complete(engine, request, **kw):
         calls.append(request)
-        return real(request, **kw)
+        return real(engine, request, **kw)
 
-    monkeypatch.setattr(small_engine, "complete", complete)
+    monkeypatch.setattr(recall, "complete", complete)
     return small_engine, calls
 
 

@@ -82,3 +82,12 @@ def test_paired_questions_counts_per_document_and_depth_and_lists_the_losses():
     assert got["depth"]["beginning"]["a_only"] == 1 and got["depth"]["middle"]["n"] == 2
     assert got["depth"]["middle"]["b_only"] == 1
     assert [x["id"] for x in got["lost"]] == ["realqa/00"] and got["lost"][0]["guided"] == "no idea"
+
+
+def test_recall_scores_a_question_by_its_accepted_phrases():
+    """recall scored every reply by its first 7-digit run, so every question came out wrong."""
+    from backend.evals.scoring import score
+
+    assert score("The RFC that defines it is RFC 4880.", ["RFC4880", "RFC 4880"], "phrase") == (True, "RFC 4880")
+    assert score("It is RFC 48801.", ["RFC4880", "RFC 4880"], "phrase") == (False, None)
+    assert score("The passkey is 1234567.", ["1234567"]) == (True, "1234567")  # needles as before

@@ -11,14 +11,13 @@ texts the embedded model can answer from; a reply is right when it holds one of 
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from importlib.resources import files
 from pathlib import Path
 
 from ..documents import document_messages
 from ..protocol import CompletionRequest
 from .needles import Needle, NeedleError, NeedleItem, token_spans
+from .scoring import answer_found
 
 QUESTION_SETS = ("licences", "realqa")
 # depth buckets of the report: where in the prompt the answer starts
@@ -66,18 +65,6 @@ def answer_rows(engine, messages, tokens: list[int], answer: str, after: str | N
     if at < 0 or (after and text.find(after) < 0):
         raise NeedleError(f"the answer {answer!r} is not in the prompt")
     return token_spans(engine, text, tokens, [(at, at + len(answer))])[0]
-
-
-def _normal(text: str) -> str:
-    """Case, Unicode forms, markdown quoting and runs of white space do not count."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(re.sub(r"[`*\"\u201c\u201d]", " ", text).split())
-
-
-def answer_found(reply: str, answers: list[str]) -> bool:
-    """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB")."""
-    text = _normal(reply)
-    return any(re.search(rf"(?<!\w){re.escape(_normal(a))}(?!\w)", text) for a in answers)
 
 
 def rescored(records: list[dict]) -> list[dict]:

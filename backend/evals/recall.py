@@ -96,7 +96,8 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
     if result.prompt_tokens != item.length:  # the item was built for another tokenizer or template
         raise RidgeFillError(f"item {item.id} is {result.prompt_tokens} tokens for this model, not {item.length}; "
                              "build the items with the engine that runs them")
-    correct, answer = score(result.text, item.answers, "uuid" if item.variant == "uuid" else "number")
+    kind = {"uuid": "uuid", "question": "phrase"}.get(item.variant, "number")
+    correct, answer = score(result.text, item.answers, kind)
     t = result.timings
     rec = {
         "kind": "recall", **item.meta(effective_tail(engine, item.length, tail)),

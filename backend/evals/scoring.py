@@ -1,7 +1,10 @@
-"""Scoring a reply: the first run of exactly 7 digits (or the first uuid) must be the needle's value."""
+"""Scoring a reply: the first run of exactly 7 digits (or the first uuid) must be the needle's value; a
+question about a real document (backend/evals/document_questions.py) is right when the reply holds one of
+its accepted answers as a whole phrase."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _DIGIT_RUN = re.compile(r"\d+")
 _UUID = re.compile(r"(?<![0-9a-fA-F])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9a-fA-F])")
@@ -23,10 +26,26 @@ def first_answer(reply: str, kind: str = "number") -> str | None:
 def score(reply: str, expected: list[str], kind: str = "number") -> tuple[bool, str | None]:
     """(correct, the answer read from the reply).
 
+    kind "phrase": any one of `expected` (the accepted forms of one answer) held as a whole phrase.
     One expected value: the first 7-digit run (or uuid) must equal it. Several (multi-value): every
     expected value must be among the reply's 7-digit runs; the answer is the runs joined by commas."""
+    if kind == "phrase":
+        found = [a for a in expected if answer_found(reply, [a])]
+        return bool(found), (found[0] if found else None)
     if len(expected) > 1:
         runs = seven_digit_runs(reply)
         return set(expected) <= set(runs), (",".join(runs) or None)
     got = first_answer(reply, kind)
     return (got is not None and got == expected[0].lower()), got
+
+
+def _normal(text: str) -> str:
+    """Case, Unicode forms, markdown quoting and runs of white space do not count."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(re.sub(r"[`*\"\u201c\u201d]", " ", text).split())
+
+
+def answer_found(reply: str, answers: list[str]) -> bool:
+    """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB")."""
+    text = _normal(reply)
+    return any(re.search(rf"(?<!\w){re.escape(_normal(a))}(?!\w)", text) for a in answers)
