@@ -126,7 +126,7 @@ def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama, monkeypatch):
     with pytest.raises(Cancelled):
         rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
     assert tiny_llama.eval_hook is None and tiny_llama.slot.record.all_exact is False
-    assert tiny_llama.reusable_prefix(toks) == 0
+    assert tiny_llama.slot.reusable_prefix(toks) == 0
     rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
     assert rep.mode == "speed" and rep.bulk_n == len(toks) - 512
 

@@ -184,7 +184,7 @@ def read_manifest(folder: Path) -> dict:
             raise FormatError(f"the manifest lists '{name}', which is not a plain file name in the folder")
         if not name.endswith(READABLE_SUFFIXES) or name == MANIFEST:
             raise FormatError(f"the manifest lists '{name}'; only .safetensors and .json files are allowed")
-    if not all(type(l) is int for l in m["layers"]) or not 0 < m["split"] < m["n_layer"] <= MAX_LAYERS:
+    if not all(type(l) is int for l in m["layers"]) or not 0 <= m["split"] < m["n_layer"] <= MAX_LAYERS:
         raise FormatError(f"the maps' split {m['split']}, layer count {m['n_layer']} or layers are not layer numbers")
     expected = list(range(m["split"] + 1, m["n_layer"]))
     if sorted(m["layers"]) != expected:
