@@ -38,7 +38,6 @@ class Seq0Context(Protocol):
     def seq0_state(self) -> bytearray: ...
     def seq0_set_state(self, state: bytearray) -> tuple[int, int]: ...
     def hooked(self, hook): ...  # a context manager: the eval callback forwards to `hook` inside it
-    def scratch(self): ...  # a context manager: every sequence cleared after it
 
 
 class CellRecorder(Protocol):
@@ -184,7 +183,3 @@ class Slot:
             raise EngineError(f"llama.cpp took {read:,} of the state's {len(state):,} bytes, holding {held:,} "
                               f"rows for a record of {len(rows):,}")
         self._rows = rows
-
-    def scratch(self):
-        """A block that uses the context for its own rows (a capture, an eval item): see Engine.scratch."""
-        return self._engine.scratch()

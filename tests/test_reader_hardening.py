@@ -27,17 +27,22 @@ def write(tmp_path, data: bytes, name: str = "m.gguf"):
 
 # --- GGUF --------------------------------------------------------------------------------------
 
+def peak_while_refused(read, error, match: str | None = None) -> int:
+    """The most bytes Python held while `read()` refused its input with `error`."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(error, match=match):
+            read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_string_longer_than_the_file_is_refused_before_any_copy(tmp_path):
     key = gguf_string(b"general.name", claimed=2**62)
     p = write(tmp_path, gguf_bytes(model_kvs(), tail=key + b"x" * 4_000_000, n_kv=6))
     read_model_header(write(tmp_path, gguf_bytes(model_kvs()), "warm.gguf"))  # imports are not the file's cost
-    tracemalloc.start()
-    try:
-        with pytest.raises(ModelFileError, match="past the end of the file"):
-            read_model_header(p)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = peak_while_refused(lambda: read_model_header(p), ModelFileError, match="past the end of the file")
     assert peak < 1_000_000, f"{peak:,} bytes allocated for a 4 MB file: the rest of the file was copied"
 
 
@@ -286,13 +291,7 @@ def test_read_manifest_memory_is_bounded_by_the_file(tmp_path):
     from backend.ridgefill.map_format import FormatError, read_manifest
 
     folder = manifest_folder(tmp_path, {**MANIFEST_TEMPLATE, "n_layer": 300_000})  # imported above: torch is not counted
-    tracemalloc.start()
-    try:
-        with pytest.raises(FormatError):
-            read_manifest(folder)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = peak_while_refused(lambda: read_manifest(folder), FormatError)
     assert peak < 5_000_000, f"{peak:,} bytes for a {len(json.dumps(MANIFEST_TEMPLATE))}-byte manifest"
 
 
