@@ -4,6 +4,7 @@ the default DRY one it does not reach, a loop is stopped and said; the model fil
 becomes its defaults."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -74,6 +75,8 @@ LONG_LINE = ("The client receives this response, reads the keepAlive headers, ch
              "the log file, counts the free sockets in the agent's pool, and puts the second socket back into the "
              "pool so that the next request to this host can use it again.")
 COPYING = LONG_LINE + "\n" + LONG_LINE + "\n"
+PASSKEY_LIST = "Passkey: 5820417\nPasskey: 5820417\nPasskey:"  # greedy copies the line on
+SAID_AGAIN = "I like the sea. I like the sea."  # greedy says it again and again
 
 
 def copies(text: str) -> int:
@@ -91,21 +94,25 @@ def test_dry_stops_a_loop_the_repeat_penalty_does_not_reach(small_engine):
 
 
 def test_a_number_said_again_is_not_a_repeat_to_break(small_engine):
-    """Digits are tokens of their own: with llama.cpp's sequence breakers DRY penalizes the third digit of a
+    """Digits are tokens of their own: with llama.cpp's sequence breakers DRY penalizes the later digits of a
     number said again, and the passkey came back as "59362". The app's defaults break DRY's sequences at
-    digits too."""
-    def answer(sampling):
-        return complete(small_engine, ask("The passkey is 5820417. Write a short note to a colleague that gives the "
-                                         "passkey, then repeat the passkey at the end of the note.", max_tokens=60,
-                                         sampling=sampling)).text
+    digits too. A list the model copies (from a fresh slot: a reused prefix's K/V, computed in another batch,
+    can tip a greedy choice) rather than a chat answer, whose wording differs from one CPU to another."""
+    def numbers(sampling):
+        request = CompletionRequest(prompt=PASSKEY_LIST, max_tokens=40, sampling=sampling, reuse_prefix=False)
+        return re.findall(r"\d{4,}", complete(small_engine, request).text)
 
-    assert answer(APP_DEFAULTS).count("5820417") >= 2
-    assert answer(replace(APP_DEFAULTS, dry_sequence_breakers=DRY_SEQUENCE_BREAKERS)).count("5820417") == 1
+    said = numbers(APP_DEFAULTS)
+    assert len(said) >= 2 and set(said) == {"5820417"}, said
+    assert set(numbers(replace(APP_DEFAULTS, dry_sequence_breakers=DRY_SEQUENCE_BREAKERS))) - {"5820417"}
 
 
 def test_a_loop_is_stopped_and_said(small_engine):
-    looped = complete(small_engine, ask(LOOPING, max_tokens=128, stop_loops=True))
-    full = complete(small_engine, ask(LOOPING, max_tokens=128))
+    def answer(stop_loops):
+        return complete(small_engine, CompletionRequest(prompt=SAID_AGAIN, max_tokens=128, stop_loops=stop_loops,
+                                                        reuse_prefix=False))
+
+    looped, full = answer(True), answer(False)
     assert looped.finish_reason == "loop" and full.finish_reason == "length"
     assert len(looped.tokens) < len(full.tokens) and full.text.startswith(looped.text)
     assert most_repeated(looped.text) == 3  # cut at the third time, not later
