@@ -1,12 +1,13 @@
-"""One conversation as the engine gets it: the turns so far, the document in the first user turn, and the
-request for the next question. No Qt: the chat tab (ui/chat_panel.py) shows it and sends what this builds.
+"""One conversation as the engine gets it: the turns so far, the documents in the first user turn, and the
+request for the next question (with the documents, so the answer comes with its sources). No Qt: the chat tab
+(ui/chat_panel.py) shows it and sends what this builds.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from app.conversations import Conversation, Document, Message
-from backend.documents import document_messages
+from backend.documents import DocumentText, document_messages
 from backend.protocol import DEFAULT_MAX_TOKENS, ChatMessage, CompletionRequest
 
 UNTITLED = Conversation().title  # a conversation keeps this title until its first document or question
@@ -14,9 +15,11 @@ TITLE_CHARS = 40  # a title taken from the first question
 
 
 def history(conv: Conversation, question: str) -> list[ChatMessage]:
-    """The chat so far plus `question`; the document goes into the first user turn. Answers that are
-    empty or were cut off are left out, and so is an unanswered user turn, so the turns alternate."""
-    turns = [(m.role, m.content) for m in conv.messages if m.role == "user" or (m.content.strip() and m.complete)]
+    """The chat so far plus `question`; the documents go into the first user turn. Answers that are
+    empty or were cut off are left out, and so is an unanswered user turn, so the turns alternate; notes
+    (a document added or removed) are the app's, not the model's."""
+    turns = [(m.role, m.content) for m in conv.messages
+             if m.role == "user" or (m.role == "assistant" and m.content.strip() and m.complete)]
     clean: list[tuple[str, str]] = []
     for role, content in turns:
         if clean and clean[-1][0] == role == "user":  # the later of two questions in a row (the first failed)
@@ -27,28 +30,53 @@ def history(conv: Conversation, question: str) -> list[ChatMessage]:
         clean.pop()
     clean.append(("user", question))
     msgs = [ChatMessage(r, c) for r, c in clean]
-    if conv.document is not None:
-        msgs[0] = document_messages(conv.document.text, msgs[0].content)[0]
+    if conv.documents:
+        msgs[0] = document_messages(document_texts(conv), msgs[0].content)[0]
     return msgs
+
+
+def document_texts(conv: Conversation) -> list[DocumentText]:
+    """The conversation's documents as the engine reads them (the sources point into these texts)."""
+    return [DocumentText(d.name, d.text, tuple(d.page_starts)) for d in conv.documents]
 
 
 def build_request(conv: Conversation, question: str, *, mode: str, split: int | None = None,
                   tail: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS, **over) -> CompletionRequest:
     """The request that asks `question` next; split and tail only with RidgeFill on. `over` sets any other
-    CompletionRequest field (reuse_prefix=False for a compare run)."""
+    CompletionRequest field (reuse_prefix=False for a compare run). The documents go with it: the answer
+    comes with its sources."""
     on = mode != "off"
     req = CompletionRequest(messages=history(conv, question), max_tokens=max_tokens, mode=mode,
-                            split=split if on else None, tail=tail if on else None)
+                            split=split if on else None, tail=tail if on else None,
+                            documents=document_texts(conv) or None)
     for k, v in over.items():
         setattr(req, k, v)
     return req
 
 
-def attach(conv: Conversation, path: str | Path, text: str) -> None:
-    """The document the next questions are about; an untitled conversation is named after it."""
-    conv.document = Document(Path(path).name, text)
+def attach(conv: Conversation, path: str | Path, text: str | DocumentText) -> Document:
+    """Add a document the next questions are about, after those attached before; an untitled conversation
+    is named after its first. `text` is the text read, or the DocumentText (with a PDF's pages)."""
+    read = text if isinstance(text, DocumentText) else DocumentText(Path(path).name, text)
+    doc = Document(read.name or Path(path).name, read.text, tuple(read.page_starts), str(path))
+    conv.documents.append(doc)
     if conv.title == UNTITLED:
-        conv.title = Path(path).name
+        conv.title = doc.name
+    return doc
+
+
+def remove(conv: Conversation, index: int) -> Document:
+    """Take document `index` out of the conversation; the chat says so in a note."""
+    doc = conv.documents.pop(index)
+    conv.messages.append(Message("note", documents_note(conv, f"Document {doc.name} removed")))
+    return doc
+
+
+def documents_note(conv: Conversation, what: str) -> str:
+    """"<what>: the next answer reads N documents" (or "reads no document")."""
+    n = len(conv.documents)
+    return f"{what}: the next answer reads " + ("no document" if n == 0 else "1 document" if n == 1
+                                                 else f"{n} documents")
 
 
 def ask(conv: Conversation, question: str) -> Message:
@@ -59,6 +87,16 @@ def ask(conv: Conversation, question: str) -> Message:
     answer = Message("assistant", "", complete=False)
     conv.messages.append(answer)
     return answer
+
+
+def note_added(conv: Conversation, added: list[Document]) -> Message | None:
+    """After documents were added to a chat that has messages: a note that says so (None before any)."""
+    if not conv.messages or not added:
+        return None
+    names = ", ".join(d.name for d in added)
+    note = Message("note", documents_note(conv, f"Document{'s' if len(added) > 1 else ''} {names} added"))
+    conv.messages.append(note)
+    return note
 
 
 def answer_count(conv: Conversation) -> int:

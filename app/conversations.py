@@ -11,7 +11,7 @@ import math
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 
 from backend.json_file import parse_object, set_aside, write_private
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 class Document:
     name: str
     text: str
+    page_starts: tuple[int, ...] = ()  # where each PDF page starts in `text` (backend.documents.DocumentText)
+    path: str = ""  # the file it was read from, to open it at a source's page ("" when not known)
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Message:
     timings: dict | None = None  # Timings.as_dict() of the answer
     exact: dict | None = None  # compare-with-exact: {"content": ..., "timings": {...}}
     note: str = ""  # e.g. "stopped", or an error
+    sources: list[dict] | None = None  # backend.sources.Source.as_dict() of the answer, best first
 
 
 @dataclass
@@ -42,8 +45,13 @@ class Conversation:
     title: str = "New chat"
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
-    document: Document | None = None
+    documents: list[Document] = field(default_factory=list)  # in the order attached
     messages: list[Message] = field(default_factory=list)
+    document: InitVar[Document | None] = None  # one document, as conversations were made before several
+
+    def __post_init__(self, document: Document | None) -> None:
+        if isinstance(document, Document) and not self.documents:
+            self.documents = [document]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,21 +60,40 @@ class Conversation:
     def from_dict(cls, d: dict) -> "Conversation":
         """A conversation from its saved form; ValueError (saying what is wrong) for any other shape."""
         _check_shape(d)
-        doc = d.get("document")
+        # Files saved with one "document" (before several) still load; their n_tokens field is dropped.
+        docs = d.get("documents") or ([d["document"]] if d.get("document") else [])
         return cls(
             id=d["id"],
             title=str(d.get("title", "Chat")),
             created=float(d.get("created", 0)),
             updated=float(d.get("updated", 0)),
-            # Files saved before Document lost its n_tokens field still carry it: keep name and text.
-            document=Document(doc["name"], doc["text"]) if doc else None,
+            documents=[Document(x["name"], x["text"], tuple(x.get("page_starts", ())), x.get("path", ""))
+                       for x in docs],
             messages=[Message(**m) for m in d.get("messages", [])],
         )
 
 
+def _first_document(self: Conversation) -> Document | None:
+    return self.documents[0] if self.documents else None
+
+
+def _only_document(self: Conversation, doc: Document | None) -> None:
+    self.documents = [doc] if doc is not None else []
+
+
+# conv.document: the first document; setting it makes it the only one (callers written for one document).
+Conversation.document = property(_first_document, _only_document)
+
+
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
 _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
-                  "exact": (dict, type(None)), "note": (str,)}
+                  "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None))}
+
+
+def _is_document(doc) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("name"), str) and isinstance(doc.get("text"), str)
+            and isinstance(doc.get("path", ""), str) and isinstance(doc.get("page_starts", []), list)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in doc.get("page_starts", [])))
 
 
 def _check_shape(d) -> None:
@@ -80,8 +107,11 @@ def _check_shape(d) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"'{key}' is not a time")
     doc = d.get("document")
-    if doc and not (isinstance(doc, dict) and isinstance(doc.get("name"), str) and isinstance(doc.get("text"), str)):
+    if doc and not _is_document(doc):
         raise ValueError("'document' has no text and name")
+    docs = d.get("documents", [])
+    if not isinstance(docs, list) or not all(_is_document(x) for x in docs):
+        raise ValueError("'documents' is not a list of documents with a name and a text")
     messages = d.get("messages", [])
     if not isinstance(messages, list):
         raise ValueError("'messages' is not a list")

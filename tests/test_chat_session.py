@@ -2,12 +2,16 @@
 the document in the first user turn, the request the controls' values make, the titles."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app import chat_session
-from app.conversations import Conversation, Document, Message
+from app.conversations import Conversation, ConversationStore, Document, Message
+from backend.documents import DocumentText
 from backend.protocol import DEFAULT_MAX_TOKENS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,9 +87,10 @@ def test_other_request_fields_can_be_set():
 def test_an_untitled_conversation_is_named_after_its_document_or_its_first_question():
     conv = Conversation()
     chat_session.attach(conv, Path("notes") / "harbour.txt", DOC)
-    assert conv.title == "harbour.txt" and conv.document == Document("harbour.txt", DOC)
+    assert conv.title == "harbour.txt"
+    assert conv.document == Document("harbour.txt", DOC, (), str(Path("notes") / "harbour.txt"))
     chat_session.attach(conv, "other.md", "x")
-    assert conv.title == "harbour.txt" and conv.document.name == "other.md"  # named once
+    assert conv.title == "harbour.txt" and [d.name for d in conv.documents] == ["harbour.txt", "other.md"]  # named once
     conv = Conversation()
     answer = chat_session.ask(conv, "What is the name of the lighthouse keeper's cat, please?")
     assert conv.title == "What is the name of the lighthouse keepe"  # its first 40 characters
@@ -100,3 +105,49 @@ def test_the_session_model_imports_no_qt():
             "('PySide6', 'shiboken6', 'ui')); print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_request_carries_every_attached_document_and_one_fewer_after_a_removal():
+    conv = Conversation()
+    chat_session.attach(conv, "a.txt", DOC)
+    chat_session.attach(conv, "spec.pdf", DocumentText("spec.pdf", "Page one.\fPage two.", (0, 10)))
+    req = chat_session.build_request(conv, "Whose cat?", mode="off")
+    assert [(d.name, d.page_starts) for d in req.documents] == [("a.txt", ()), ("spec.pdf", (0, 10))]
+    assert "Document 1: a.txt" in req.messages[0].content and "Document 2: spec.pdf" in req.messages[0].content
+    answer = chat_session.ask(conv, "Whose cat?")
+    answer.content, answer.complete = "Anna's.", True
+    chat_session.remove(conv, 0)
+    assert conv.messages[-1] == Message("note", "Document a.txt removed: the next answer reads 1 document")
+    req = chat_session.build_request(conv, "And the pages?", mode="off")
+    assert [d.name for d in req.documents] == ["spec.pdf"] and DOC not in req.messages[0].content
+    assert [m.role for m in req.messages] == ["user", "assistant", "user"]  # the note is not a turn
+    assert chat_session.build_request(Conversation(), "q", mode="off").documents is None
+
+
+def test_a_note_says_what_was_added_once_the_chat_has_begun():
+    conv = Conversation()
+    assert chat_session.note_added(conv, [chat_session.attach(conv, "a.txt", DOC)]) is None  # nothing said yet
+    chat_session.ask(conv, "q").content = "a"
+    added = [chat_session.attach(conv, "b.md", "B"), chat_session.attach(conv, "c.md", "C")]
+    assert chat_session.note_added(conv, added).content == "Documents b.md, c.md added: the next answer reads 3 documents"
+
+
+def test_saved_conversations_keep_their_documents_and_old_files_with_one_still_load(tmp_path):
+    store = ConversationStore(tmp_path)
+    conv = Conversation()
+    chat_session.attach(conv, "a.txt", DOC)
+    chat_session.attach(conv, "spec.pdf", DocumentText("spec.pdf", "Page one.\fPage two.", (0, 10)))
+    chat_session.ask(conv, "q").sources = [{"document": "spec.pdf", "page": 2, "start": 10, "end": 19,
+                                            "text": "Page two.", "score": 0.9}]
+    store.save(conv)
+    back = store.load(conv.id)
+    assert back.documents == conv.documents and back.documents[1].page_starts == (0, 10)
+    assert back.messages[-1].sources[0]["page"] == 2
+    old = {"id": "old1", "title": "old", "document": {"name": "d.txt", "text": DOC, "n_tokens": 12},
+           "messages": [{"role": "user", "content": "q"}]}
+    (tmp_path / "old1.json").write_text(json.dumps(old), encoding="utf-8")
+    assert [(d.name, d.text) for d in store.load("old1").documents] == [("d.txt", DOC)]
+    bad = {**old, "id": "bad1", "documents": [{"name": "x"}]}
+    (tmp_path / "bad1.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ValueError, match="documents"):
+        store.load("bad1")

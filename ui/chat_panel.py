@@ -1,9 +1,10 @@
-"""The chat tab: document bar, conversation, input, prefill progress.
+"""The chat tab: document bar, conversation, input, prefill progress, and the document pane beside them.
 
 What is asked of the engine comes from app/chat_session.py (the conversation as turns, the request);
 requests go to the engine client; each answer's events stream back to this panel's own callbacks and
 into the last message, and Stop cancels this panel's answer only. The conversation is saved after
-every message and every half second while an answer streams.
+every message and every half second while an answer streams. Attaching and removing documents, and
+showing an answer's sources in the pane, are ui/chat_documents.py's.
 """
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from pathlib import Path
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -27,25 +28,22 @@ from app import chat_session
 from app.conversations import Conversation, ConversationStore, Message
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import CountRequest, CountResult, TaskKind
-from backend.documents import DOCUMENT_SUFFIXES, read_document
-from backend.errors import DocumentError
 from backend.answers import answers_agree
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY, SamplingParams
 from backend.stopping import LOOP_NOTE
+from ui.chat_documents import NO_DOCUMENT, ChatDocuments
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
+from ui.document_pane import DocumentPane
 from ui.format import compare_line, eta_line, timings_line
 from ui.ttft_chart import TtftChart
 
-DOC_SUFFIXES = set(DOCUMENT_SUFFIXES)  # text, .pdf, .docx, .html/.htm/.xhtml, .epub, .odt
-DOC_FILTER = f"Documents ({' '.join('*' + s for s in DOCUMENT_SUFFIXES)});;All files (*)"
 SAVE_EVERY_S = 0.5
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
-NO_DOCUMENT = "No document: attach a text, PDF, Word (.docx), web page, e-book (.epub) or .odt file, or drop it here."
 
 
-class ChatPanel(QWidget):
+class ChatPanel(ChatDocuments, QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
     busy_changed = Signal(bool)  # an answer is being produced (switching conversations waits for it)
 
@@ -72,10 +70,11 @@ class ChatPanel(QWidget):
         self._connect()
 
     def _build_widgets(self) -> None:
-        self.attach_btn = QPushButton("Attach document…")
+        self.attach_btn = QPushButton("Attach files…")
+        self.folder_btn = QPushButton("Attach folder…")
         self.doc_label = QLabel(NO_DOCUMENT)
-        self.detach_btn = QPushButton("Remove")
-        self.detach_btn.setVisible(False)
+        self.doc_label.setWordWrap(True)
+        self.pane = DocumentPane()
         self.count_label = QLabel()
         self.count_label.setWordWrap(True)
         self.view = ChatView()
@@ -98,15 +97,17 @@ class ChatPanel(QWidget):
     def _lay_out(self) -> None:
         doc_row = QHBoxLayout()
         doc_row.addWidget(self.attach_btn)
+        doc_row.addWidget(self.folder_btn)
         doc_row.addWidget(self.doc_label, 1)
-        doc_row.addWidget(self.detach_btn)
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_btn)
         buttons.addWidget(self.stop_btn)
         input_row = QHBoxLayout()
         input_row.addWidget(self.input, 1)
         input_row.addLayout(buttons)
-        lay = QVBoxLayout(self)
+        chat = QWidget()
+        lay = QVBoxLayout(chat)
+        lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(doc_row)
         lay.addWidget(self.count_label)
         lay.addWidget(self.notice)
@@ -114,6 +115,12 @@ class ChatPanel(QWidget):
         lay.addWidget(self.progress)
         lay.addWidget(self.progress_label)
         lay.addLayout(input_row)
+        split = QSplitter()
+        split.addWidget(chat)
+        split.addWidget(self.pane)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        QVBoxLayout(self).addWidget(split)
 
     def _connect(self) -> None:
         self._count_timer = QTimer(self)
@@ -121,7 +128,8 @@ class ChatPanel(QWidget):
         self._count_timer.setInterval(COUNT_AFTER_MS)
         self._count_timer.timeout.connect(self.request_count)
         self.attach_btn.clicked.connect(self.choose_document)
-        self.detach_btn.clicked.connect(self.detach_document)
+        self.folder_btn.clicked.connect(self.choose_folder)
+        self.pane.remove_requested.connect(self.remove_document)
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
         self.input.textChanged.connect(self._count_timer.start)
@@ -148,7 +156,7 @@ class ChatPanel(QWidget):
         return self.conv
 
     def save(self) -> None:
-        if self.conv.messages or self.conv.document:
+        if self.conv.messages or self.conv.documents:
             self.store.save(self.conv)
             self._last_save = time.monotonic()
 
@@ -159,57 +167,11 @@ class ChatPanel(QWidget):
         if not m.complete and not m.note:
             meta = (meta + "\n" if meta else "") + "(answer interrupted)"
         w.set_meta(meta)
+        w.set_chips(self.sources_chips(m.sources) if m.sources else None)
         if m.exact:
             agree = answers_agree(m.content, m.exact.get("content", ""))
             w.set_exact(compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
                         + ("" if agree else f"\nExact answer: {m.exact.get('content', '').strip()}"))
-
-    # ---- documents -------------------------------------------------------------------------------
-    @Slot()
-    def choose_document(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Attach a document", "",
-                                              DOC_FILTER)
-        if path:
-            self.attach_document(path)
-
-    def attach_document(self, path: str | Path) -> bool:
-        try:
-            text = read_document(path)
-        except DocumentError as exc:
-            self._notice(str(exc))
-            return False
-        chat_session.attach(self.conv, path, text)
-        self.save()
-        self._show_document()
-        self.request_count()
-        self.conversation_changed.emit(self.conv)
-        return True
-
-    @Slot()
-    def detach_document(self) -> None:
-        self.conv.document = None
-        self.save()
-        self._show_document()
-        self.request_count()
-
-    def _show_document(self) -> None:
-        d = self.conv.document
-        if d is None:
-            self.doc_label.setText(NO_DOCUMENT)
-        else:
-            self.doc_label.setText(f"Document: {d.name} · {len(d.text):,} characters")
-        self.detach_btn.setVisible(d is not None)
-
-    def dragEnterEvent(self, e) -> None:
-        if any(Path(u.toLocalFile()).suffix.lower() in DOC_SUFFIXES for u in e.mimeData().urls()):
-            e.acceptProposedAction()
-
-    def dropEvent(self, e) -> None:
-        for u in e.mimeData().urls():
-            if Path(u.toLocalFile()).suffix.lower() in DOC_SUFFIXES:
-                self.attach_document(u.toLocalFile())
-                e.acceptProposedAction()
-                return
 
     # ---- requests --------------------------------------------------------------------------------
     def build_request(self, question: str, **over) -> CompletionRequest:
@@ -226,7 +188,7 @@ class ChatPanel(QWidget):
     @Slot()
     def request_count(self) -> None:
         """Ask the engine how many tokens the next request would have (shown before sending)."""
-        if self.conv.document is None and not self.input.toPlainText().strip() and not self.conv.messages:
+        if not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
             self.count_label.setText("")
             self.too_long = ""
             self._update_buttons()
@@ -268,8 +230,8 @@ class ChatPanel(QWidget):
         busy = self.busy()
         self.send_btn.setEnabled(not busy and not self.too_long)
         self.stop_btn.setEnabled(busy)
-        self.attach_btn.setEnabled(not busy)
-        self.detach_btn.setEnabled(not busy)
+        for b in (self.attach_btn, self.folder_btn, self.pane.remove_btn):
+            b.setEnabled(not busy)
         if busy != getattr(self, "_was_busy", False):
             self._was_busy = busy
             self.busy_changed.emit(busy)
@@ -287,8 +249,9 @@ class ChatPanel(QWidget):
         drawn = {"sampling": self.sampling.with_seed(), "stop_loops": True}
         # With compare on, neither run reuses a cached prefix, so the two TTFTs measure the same work.
         primary = self.build_request(question, **drawn, **({"reuse_prefix": False} if compare else {}))
-        exact = (self.build_request(question, mode="off", split=None, tail=None, reuse_prefix=False, **drawn)
-                 if compare else None)
+        # The exact run's sources are not shown: it does not look for any.
+        exact = (self.build_request(question, mode="off", split=None, tail=None, reuse_prefix=False,
+                                    documents=None, **drawn) if compare else None)
         self._notice("")
         self.input.clear()
         self._answer = chat_session.ask(self.conv, question)
@@ -361,6 +324,7 @@ class ChatPanel(QWidget):
             self._answer.content = res.text
             self._answer.timings = t
             self._answer.complete = True
+            self._answer.sources = [s.as_dict() for s in res.sources] or None
             if res.finish_reason == "cancelled":
                 self._answer.note = "stopped by you"
             elif res.finish_reason == "loop":

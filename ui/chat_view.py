@@ -1,4 +1,5 @@
-"""The conversation view: one widget per message, the last one growing as tokens stream in."""
+"""The conversation view: one widget per message, the last one growing as tokens stream in; an answer's
+sources as chips under it; the app's notes (a document added or removed) as a grey line."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
@@ -7,7 +8,9 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 ROLE_STYLE = {
     "user": "QFrame#msg { background: palette(alternate-base); border-radius: 8px; }",
     "assistant": "QFrame#msg { border: 1px solid palette(mid); border-radius: 8px; }",
+    "note": "QFrame#msg { border: none; } QLabel { color: palette(placeholder-text); font-style: italic; }",
 }
+WHO = {"user": "You", "assistant": "Assistant"}
 
 
 class MessageWidget(QFrame):
@@ -16,8 +19,10 @@ class MessageWidget(QFrame):
         self.setObjectName("msg")
         self.setStyleSheet(ROLE_STYLE.get(role, ""))
         self.role = role
-        self.who = QLabel("You" if role == "user" else "Assistant")
+        self.who = QLabel(WHO.get(role, ""))
         self.who.setStyleSheet("font-weight: bold")
+        self.who.setVisible(role in WHO)
+        self.chips: QWidget | None = None  # the answer's sources (ui/source_chips.py)
         self.body = QLabel(text)
         self.body.setWordWrap(True)
         self.body.setTextFormat(Qt.PlainText)
@@ -35,6 +40,7 @@ class MessageWidget(QFrame):
         lay.setContentsMargins(10, 6, 10, 6)
         lay.addWidget(self.who)
         lay.addWidget(self.body)
+        self._chips_at = lay.count()  # the sources go under the answer's text
         lay.addWidget(self.exact)
         lay.addWidget(self.meta)
 
@@ -55,6 +61,16 @@ class MessageWidget(QFrame):
     def set_exact(self, text: str) -> None:
         self.exact.setText(text)
         self.exact.setVisible(bool(text))
+        self._relayout()
+
+    def set_chips(self, chips: QWidget | None) -> None:
+        """Show `chips` under the answer (None: none), in place of any shown before."""
+        if self.chips is not None:
+            self.chips.setParent(None)
+            self.chips.deleteLater()
+        self.chips = chips
+        if chips is not None:
+            self.layout().insertWidget(self._chips_at, chips)
         self._relayout()
 
     def _relayout(self) -> None:

@@ -19,6 +19,8 @@ def timings_line(t: dict) -> str:
     else:
         parts.append(f"{mode} S={t.get('split')} T={t.get('tail')} bulk {t.get('bulk_n', 0):,}"
                      + (f" ({t['exact_n']:,} exact)" if t.get("exact_n") else ""))
+    if t.get("sources_ms"):  # finding the sources, after the answer
+        parts.append(f"sources {ms(t['sources_ms'])}")
     line = " · ".join(parts)
     if t.get("note"):
         line += f"\n{t['note']}"

@@ -159,7 +159,8 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         m = self.menuBar().addMenu("&File")
         for text, slot, key in [
-            ("Attach document…", self.chat.choose_document, "Ctrl+O"),
+            ("Attach documents…", self.chat.choose_document, "Ctrl+O"),
+            ("Attach a folder of documents…", self.chat.choose_folder, "Ctrl+Shift+D"),
             ("Open local GGUF model…", self.choose_model, "Ctrl+Shift+O"),
             ("Settings…", self.open_settings, "Ctrl+,"),
             ("Quit", self.close, "Ctrl+Q"),

@@ -111,7 +111,9 @@ class RecallPanel(QWidget):
             self.status.setText("Give at least one length and one depth between 0 and 1.")
             return False
         source = self.haystack.currentData()
-        doc = self.chat.conv.document.text if source == "document" and self.chat.conv.document else None
+        # the chat's documents, one after the other, are the haystack
+        docs = self.chat.conv.documents
+        doc = "\n\n".join(d.text.strip() for d in docs) if source == "document" and docs else None
         if source == "document" and doc is None:
             source = "corpus"
         mode = self.ridgefill_mode()

@@ -1,0 +1,199 @@
+"""Sources under each answer, the document pane, several documents per chat: real widgets, and the real
+embedded model where an answer is needed (one engine process for this module)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from app.conversations import Conversation, Document  # noqa: E402
+from backend.corpus import corpus_texts  # noqa: E402
+from tests.gui_helpers import make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
+
+FACT = "The lighthouse keeper of Port Ellis is named Marta Quillfeather."
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("rfhome")
+    mp.setenv("RIDGEFILL_HOME", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def service(qapp, home, model_path):
+    svc = start_service(model_path, n_ctx=2048, n_batch=128)
+    yield svc
+    svc.shutdown()
+
+
+@pytest.fixture
+def window(qtbot, service):
+    wait_ready(qtbot, service)
+    w = make_window(qtbot, service)
+    w.controls.toggle.setChecked(False)
+    w.controls.compare.setChecked(False)
+    w.new_conversation()
+    return w
+
+
+def write(path, text: str):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def harbour(tmp_path, name="harbour.txt", chars=1200):
+    """A few paragraphs of the shipped corpus with one fact in the middle (about 350 tokens)."""
+    paras = [p for p in corpus_texts()[0][:chars].split("\n\n") if p.strip()]
+    return write(tmp_path / name, "\n\n".join(paras[:2] + [FACT] + paras[2:]))
+
+
+def ask(qtbot, w, question: str) -> None:
+    w.chat.input.setPlainText(question)
+    assert w.chat.send()
+    wait_idle(qtbot, w)
+
+
+def spy_requests(monkeypatch, w) -> list:
+    sent = []
+    submit = w.chat.service.submit
+
+    def spy(kind, payload=None, **kw):
+        if getattr(payload, "stop_loops", False):  # an answer's request (a count's has none)
+            sent.append(payload)
+        return submit(kind, payload, **kw)
+
+    monkeypatch.setattr(w.chat.service, "submit", spy)
+    return sent
+
+
+def test_chips_appear_under_each_answer_and_a_click_selects_exactly_the_passage(qtbot, window, tmp_path):
+    from PySide6.QtCore import Qt
+
+    doc = harbour(tmp_path)
+    assert window.chat.attach_document(doc)
+    text = window.chat.conv.documents[0].text
+    for n, question in enumerate(["Who is the lighthouse keeper of Port Ellis?", "And where is the harbour?"], 1):
+        ask(qtbot, window, question)
+        answer, widget = window.chat.conv.messages[-1], window.chat.view.messages[-1]
+        assert answer.sources, f"answer {n} has no sources: {answer.timings.get('note')}"
+        assert widget.chips is not None and len(widget.chips.chips) == len(answer.sources) <= 3
+        assert "sources" in widget.meta.text()  # their cost, in the timings line
+        for s, chip in zip(answer.sources, widget.chips.chips):
+            assert s["document"] == "harbour.txt" and s["page"] is None and text[s["start"]:s["end"]] == s["text"]
+            assert chip.text().startswith("harbour.txt ¶ ") and s["text"][:40] in chip.toolTip().replace("\n", " ")
+    first = window.chat.view.messages[1].chips  # the first answer keeps its own
+    assert first is not None and first is not window.chat.view.messages[-1].chips
+    s = answer.sources[-1]
+    qtbot.mouseClick(widget.chips.chips[-1], Qt.LeftButton)
+    pane = window.chat.pane
+    assert pane.isVisible() and pane.selected_text() == text[s["start"]:s["end"]]
+    assert pane.highlighted_text() == text[s["start"]:s["end"]]
+    assert pane.view.cursorRect().intersects(pane.view.viewport().rect())  # scrolled to it
+
+
+def test_two_documents_go_with_each_request_and_removing_one_says_so(qtbot, window, tmp_path, monkeypatch):
+    a = harbour(tmp_path, "a.txt", 700)
+    b = write(tmp_path / "b.md", "# Ferries\n\nThe ferry to Saltmere leaves at seven minutes past nine.\n")
+    sent = spy_requests(monkeypatch, window)
+    assert window.chat.attach_documents([a, b])  # as the file dialog's multi-select gives them
+    wait_count(qtbot, window)
+    both = window.chat.last_count.prompt_tokens
+    assert window.chat.pane.list.count() == 2 and "2 documents" in window.chat.doc_label.text()
+    ask(qtbot, window, "When does the ferry leave?")
+    assert [d.name for d in sent[-1].documents] == ["a.txt", "b.md"]
+    window.chat.pane.list.setCurrentRow(0)
+    window.chat.pane.remove_btn.click()
+    assert window.chat.view.messages[-1].text() == "Document a.txt removed: the next answer reads 1 document"
+    assert [d.name for d in window.chat.conv.documents] == ["b.md"] and window.chat.pane.list.count() == 1
+    window.chat.last_count = None
+    wait_count(qtbot, window)
+    assert window.chat.last_count.prompt_tokens < both - 100  # the count covers what is attached
+    ask(qtbot, window, "And the ferry's name?")
+    assert [d.name for d in sent[-1].documents] == ["b.md"]
+    assert all(s["document"] == "b.md" for s in window.chat.conv.messages[-1].sources or [])
+
+
+def test_a_folder_attaches_its_readable_documents_and_a_bad_file_keeps_the_others(qtbot, window, tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    write(folder / "b.md", "Bees make honey.")
+    write(folder / "a.txt", "Ants carry leaves.")
+    (folder / "picture.png").write_bytes(b"\x89PNG\r\n")
+    write(folder / "empty.txt", "  ")
+    assert window.chat.attach_documents([folder, tmp_path / "missing.txt"])
+    assert [d.name for d in window.chat.conv.documents] == ["a.txt", "b.md"]
+    assert window.chat.conv.documents[0].path == str(folder / "a.txt")
+    assert "missing.txt" in window.chat.notice.text()
+    assert not window.chat.attach_document(folder / "a.txt")  # the same again
+    assert "attached already" in window.chat.notice.text() and len(window.chat.conv.documents) == 2
+
+
+def test_a_saved_conversation_with_two_documents_reopens_with_two(qtbot, window, service, tmp_path):
+    pdf_like = Document("spec.pdf", "Page one text.\n\nPage two text.", (0, 16), str(tmp_path / "spec.pdf"))
+    window.chat.attach_documents([harbour(tmp_path, "a.txt", 500)])
+    window.chat.conv.documents.append(pdf_like)
+    window.chat.conv.messages[:] = []
+    window.chat.save()
+    conv_id = window.chat.conv.id
+    window.close()
+    again = make_window(qtbot, service)  # a fresh window, as after a restart: it opens the newest chat
+    assert again.chat.conv.id == conv_id
+    assert [d.name for d in again.chat.conv.documents] == ["a.txt", "spec.pdf"]
+    assert again.chat.conv.documents[1] == pdf_like and again.chat.pane.list.count() == 2
+
+
+def test_a_pdf_source_opens_its_file_at_the_page(qtbot, tmp_path, monkeypatch):
+    """The pane on its own: a PDF chip says "p. N"; "Open at page" opens the file's URL with #page=N."""
+    from PySide6.QtGui import QDesktopServices
+
+    from ui.document_pane import DocumentPane
+    from ui.source_chips import SourceChips
+
+    pdf = tmp_path / "spec.pdf"
+    pdf.write_bytes(b"%PDF-1.4\n")
+    text = "Chapter one.\n\nPage two holds the ferry times."
+    docs = [Document("spec.pdf", text, (0, 14), str(pdf)), Document("n.txt", "A.\n\nB.\n\nC is here.")]
+    source = {"document": "spec.pdf", "page": 2, "start": 14, "end": len(text), "text": text[14:], "score": 0.8}
+    chips = SourceChips([source, {"document": "n.txt", "page": None, "start": 8, "end": 18, "text": "C is here.",
+                                  "score": 0.5}], docs)
+    assert [c.text() for c in chips.chips] == ["spec.pdf p. 2", "n.txt ¶ 3"]
+    assert SourceChips([source], docs[:1]).chips[0].text() == "p. 2"
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()) or True)
+    pane = DocumentPane()
+    qtbot.addWidget(pane)
+    pane.set_documents(docs)
+    chips.open_page.connect(pane.open_source_page)
+    chips.open_page.emit(source)
+    assert opened == [f"file://{pdf.resolve()}#page=2"] and pane.open_btn.text() == "Open at p. 2"
+    pdf.unlink()  # moved away since: said, not opened
+    assert not pane.open_page() and "attach it again" in pane.where.text() and len(opened) == 1
+
+
+def test_the_pane_selects_by_character_whatever_the_text_holds(qtbot):
+    """Offsets count Python characters; Qt counts UTF-16 units and reads CRLF as one break."""
+    from ui.document_pane import DocumentPane
+
+    text = "Emoji 😀 first.\r\nThen 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 words.\r\n\r\nThe passage we want is here. And after."
+    start = text.index("The passage")
+    end = text.index(" And after")
+    pane = DocumentPane()
+    qtbot.addWidget(pane)
+    pane.set_documents([Document("other.txt", "x"), Document("odd.txt", text)])
+    assert pane.show_source({"document": "odd.txt", "page": None, "start": start, "end": end})
+    assert pane.list.currentRow() == 1 and pane.selected_text() == text[start:end] == pane.highlighted_text()
+    assert not pane.show_source({"document": "gone.txt", "start": 0, "end": 1})
+    assert "no longer attached" in pane.where.text()
+
+
+def test_an_old_conversation_with_one_document_opens_in_the_pane(qtbot, window, service):
+    old = {"id": "oldone", "title": "old", "created": 1.0, "updated": 2.0,
+           "document": {"name": "d.txt", "text": "Old text.", "n_tokens": 3},
+           "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    conv = Conversation.from_dict(old)
+    assert window.chat.load_conversation(conv)
+    assert window.chat.pane.list.count() == 1 and window.chat.pane.view.toPlainText() == "Old text."
+    assert window.chat.view.messages[-1].chips is None  # an answer saved without sources shows none

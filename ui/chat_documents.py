@@ -1,0 +1,126 @@
+"""The chat's documents: attaching files (several at once) and folders, by dialog or drop, removing one,
+and the notes that say so in the chat; the document pane shows them and an answer's sources in them.
+
+A mixin of ChatPanel (ui/chat_panel.py), which owns the conversation, the view and the pane.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Slot
+from PySide6.QtWidgets import QFileDialog
+
+from app import chat_session
+from backend.documents import DOCUMENT_SUFFIXES, DocumentText, read_documents
+from backend.errors import DocumentError
+from ui.source_chips import SourceChips
+
+DOC_SUFFIXES = set(DOCUMENT_SUFFIXES)  # text, .pdf, .docx, .html/.htm/.xhtml, .epub, .odt
+DOC_FILTER = f"Documents ({' '.join('*' + s for s in DOCUMENT_SUFFIXES)});;All files (*)"
+NO_DOCUMENT = ("No document: attach text, PDF, Word (.docx), web page, e-book (.epub) or .odt files, "
+               "or a folder of them, or drop them here.")
+
+
+def read_each(paths) -> tuple[list[tuple[Path, DocumentText]], list[str]]:
+    """Each path's documents with the file each came from (a folder gives its readable files), and one
+    message per path that could not be read: one bad file does not keep the others out."""
+    found, errors = [], []
+    for path in map(Path, paths):
+        try:
+            docs = read_documents([path])
+        except DocumentError as exc:
+            errors.append(str(exc))
+            continue
+        found += [(path / d.name if path.is_dir() else path, d) for d in docs]
+    return found, errors
+
+
+class ChatDocuments:
+    """What ChatPanel does with documents (it provides conv, view, pane, doc_label and the rest)."""
+
+    @Slot()
+    def choose_document(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "", DOC_FILTER)
+        if paths:
+            self.attach_documents(paths)
+
+    @Slot()
+    def choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Attach the documents in a folder")
+        if folder:
+            self.attach_documents([folder])
+
+    def attach_document(self, path: str | Path) -> bool:
+        return self.attach_documents([path])
+
+    def attach_documents(self, paths) -> bool:
+        """Attach what can be read, after the documents already there; a notice names what could not be read
+        and what was attached already. True when one or more were attached."""
+        found, errors = read_each(paths)
+        have = {(d.name, d.text) for d in self.conv.documents}
+        added = []
+        for path, doc in found:
+            if (doc.name, doc.text) in have:
+                errors.append(f"{doc.name} is attached already.")
+                continue
+            have.add((doc.name, doc.text))
+            added.append(chat_session.attach(self.conv, path, doc))
+        self._notice(" ".join(errors))
+        if not added:
+            return False
+        note = chat_session.note_added(self.conv, added)
+        if note is not None:
+            self.view.add(note.role, note.content)
+        self._documents_changed()
+        return True
+
+    def remove_document(self, index: int) -> None:
+        """Take document `index` out of the chat; the next answer reads the others (a note says so)."""
+        if self.busy() or not 0 <= index < len(self.conv.documents):
+            return
+        chat_session.remove(self.conv, index)
+        self.view.add("note", self.conv.messages[-1].content)
+        self._documents_changed()
+
+    def _documents_changed(self) -> None:
+        self.save()
+        self._show_document()
+        self.request_count()
+        self.conversation_changed.emit(self.conv)
+
+    def _show_document(self) -> None:
+        docs = self.conv.documents
+        if not docs:
+            self.doc_label.setText(NO_DOCUMENT)
+        elif len(docs) == 1:
+            self.doc_label.setText(f"Document: {docs[0].name} · {len(docs[0].text):,} characters")
+        else:
+            self.doc_label.setText(f"{len(docs)} documents · {sum(len(d.text) for d in docs):,} characters")
+        self.pane.set_documents(docs)
+        self.pane.setVisible(bool(docs))
+
+    def sources_chips(self, sources: list[dict]) -> SourceChips:
+        chips = SourceChips(sources, self.conv.documents)
+        chips.chosen.connect(self.show_source)
+        chips.open_page.connect(self.pane.open_source_page)
+        return chips
+
+    @Slot(dict)
+    def show_source(self, source: dict) -> bool:
+        self.pane.setVisible(True)
+        return self.pane.show_source(source)
+
+    def dragEnterEvent(self, e) -> None:
+        if any(self._droppable(u.toLocalFile()) for u in e.mimeData().urls()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e) -> None:
+        paths = [u.toLocalFile() for u in e.mimeData().urls() if self._droppable(u.toLocalFile())]
+        if paths:
+            self.attach_documents(paths)
+            e.acceptProposedAction()
+
+    @staticmethod
+    def _droppable(path: str) -> bool:
+        p = Path(path)
+        return bool(path) and (p.is_dir() or p.suffix.lower() in DOC_SUFFIXES)

@@ -1,0 +1,176 @@
+"""The document pane: the chat's attached documents in a list (remove one there), the chosen one's text
+below, read-only; showing a source selects and highlights its passage, and a PDF's can be opened at its page.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from PySide6.QtCore import QUrl, Signal, Slot
+from PySide6.QtGui import QColor, QDesktopServices, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.conversations import Document
+
+HIGHLIGHT = QColor("#fff59d")  # the passage a source points at
+NO_DOCUMENTS = "No document attached. Attach files or a folder; their text shows here."
+
+
+def qt_position(text: str, offset: int) -> int:
+    """Where character `offset` of `text` is in a Qt text document: Qt counts UTF-16 units, and reads
+    "\\r\\n" as one line break."""
+    before = text[:offset]
+    return len(before.encode("utf-16-le")) // 2 - before.count("\r\n")
+
+
+def page_url(path: str, page: int) -> QUrl:
+    """The file's URL with "#page=N", which most PDF viewers open at that page."""
+    url = QUrl.fromLocalFile(str(Path(path).resolve()))
+    url.setFragment(f"page={page}")
+    return url
+
+
+def document_line(d: Document) -> str:
+    pages = f" · {len(d.page_starts)} pages" if d.page_starts else ""
+    return f"{d.name} · {len(d.text):,} characters{pages}"
+
+
+class DocumentPane(QWidget):
+    remove_requested = Signal(int)  # the index of the document to remove from the chat
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.documents: list[Document] = []
+        self.source: dict | None = None  # the source shown last
+        self._shown = -1  # the index of the document whose text the view holds
+        self.list = QListWidget()
+        self.list.setMaximumHeight(96)
+        self.remove_btn = QPushButton("Remove")
+        self.remove_btn.setToolTip("Take the chosen document out of this chat")
+        self.where = QLabel(NO_DOCUMENTS)
+        self.where.setWordWrap(True)
+        self.open_btn = QPushButton()
+        self.open_btn.setVisible(False)
+        self.view = QPlainTextEdit()
+        self.view.setReadOnly(True)
+        row = QHBoxLayout()
+        row.addWidget(self.where, 1)
+        row.addWidget(self.open_btn)
+        row.addWidget(self.remove_btn)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.list)
+        lay.addLayout(row)
+        lay.addWidget(self.view, 1)
+        self.list.currentRowChanged.connect(self.show_document)
+        self.remove_btn.clicked.connect(self._remove_current)
+        self.open_btn.clicked.connect(self.open_page)
+        self.set_documents([])
+
+    def set_documents(self, documents: Sequence[Document]) -> None:
+        """Show these documents (the chat's, in the order attached); the one shown before stays if it is there."""
+        current = self.documents[self._shown].name if 0 <= self._shown < len(self.documents) else None
+        self.documents = list(documents)
+        self.list.blockSignals(True)
+        self.list.clear()
+        self.list.addItems([document_line(d) for d in self.documents])
+        self.list.blockSignals(False)
+        self._shown = -1
+        names = [d.name for d in self.documents]
+        self.show_document(names.index(current) if current in names else 0)
+        self.remove_btn.setEnabled(bool(self.documents))
+
+    @Slot(int)
+    def show_document(self, index: int) -> None:
+        if not self.documents:
+            self._shown = -1
+            self.view.setPlainText("")
+            self.view.setPlaceholderText(NO_DOCUMENTS)
+            self.where.setText(NO_DOCUMENTS)
+            self._show_open(None)
+            return
+        index = max(0, min(index, len(self.documents) - 1))
+        if index != self._shown:
+            self._shown = index
+            self.view.setPlainText(self.documents[index].text)
+            self.where.setText(document_line(self.documents[index]))
+            self._show_open(None)
+        if self.list.currentRow() != index:
+            self.list.setCurrentRow(index)
+
+    def show_source(self, source: dict) -> bool:
+        """Scroll to the source's passage, select it and highlight it; False (and says so) when the chat no
+        longer holds its document."""
+        names = [d.name for d in self.documents]
+        if source.get("document") not in names:
+            self.where.setText(f"{source.get('document')} is no longer attached to this chat.")
+            return False
+        index = names.index(source["document"])
+        self.show_document(index)
+        text = self.documents[index].text
+        start, end = (max(0, min(int(source.get(k, 0)), len(text))) for k in ("start", "end"))
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(qt_position(text, start))
+        cursor.setPosition(qt_position(text, max(start, end)), QTextCursor.KeepAnchor)
+        mark = QTextEdit.ExtraSelection()
+        mark.cursor = cursor
+        fmt = QTextCharFormat()
+        fmt.setBackground(HIGHLIGHT)
+        mark.format = fmt
+        self.view.setExtraSelections([mark])
+        self.view.setTextCursor(cursor)
+        self.view.centerCursor()
+        page = f", p. {source['page']}" if source.get("page") is not None else ""
+        self.where.setText(f"{source['document']}{page}: characters {start:,}–{end:,}")
+        self._show_open(source)
+        return True
+
+    def selected_text(self) -> str:
+        """The text selected in the view, with Qt's paragraph separators as line breaks."""
+        return self.view.textCursor().selectedText().replace("\u2029", "\n")
+
+    def highlighted_text(self) -> str:
+        marks = self.view.extraSelections()
+        return marks[0].cursor.selectedText().replace("\u2029", "\n") if marks else ""
+
+    def page_to_open(self) -> QUrl | None:
+        """The URL "Open at page" opens for the source shown last: a PDF whose file is known; else None."""
+        s = self.source
+        if not s or s.get("page") is None:
+            return None
+        doc = next((d for d in self.documents if d.name == s.get("document")), None)
+        return page_url(doc.path, int(s["page"])) if doc and doc.path else None
+
+    @Slot()
+    def open_page(self) -> bool:
+        """Open the source's PDF at its page in the system viewer; False (and says why) if it cannot."""
+        url = self.page_to_open()
+        if url is None or not Path(url.toLocalFile()).is_file():
+            self.where.setText("The PDF file is not where it was attached from: attach it again to open it.")
+            return False
+        return QDesktopServices.openUrl(url)
+
+    def open_source_page(self, source: dict) -> bool:
+        return self.show_source(source) and self.open_page()
+
+    def _show_open(self, source: dict | None) -> None:
+        self.source = source
+        url = self.page_to_open()
+        self.open_btn.setVisible(url is not None)
+        if url is not None:
+            self.open_btn.setText(f"Open at p. {source['page']}")
+            self.open_btn.setToolTip(f"Open {source['document']} at page {source['page']} in the PDF viewer")
+
+    @Slot()
+    def _remove_current(self) -> None:
+        if 0 <= self.list.currentRow() < len(self.documents):
+            self.remove_requested.emit(self.list.currentRow())
