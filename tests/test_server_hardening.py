@@ -28,7 +28,8 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 class FakeGateway:
-    """An engine that answers at once ("answer"), never ("hang"), or says one token and goes silent ("stall")."""
+    """An engine that answers at once ("answer"), never ("hang"), says one token and goes silent ("stall"), or
+    answers at once at length ("long": 20,000 tokens, some 3 MB of events)."""
 
     state, problem, document = "ready", "", None
 
@@ -45,6 +46,10 @@ class FakeGateway:
             deliver(TaskEvent(ticket.task_id, TokenEvent(1, "Hi")))
         if self.behaviour == "answer":
             deliver(TaskDone(ticket.task_id, CompletionResult("Hi", "stop", Timings(predicted_n=1), 3)))
+        if self.behaviour == "long":
+            for i in range(20_000):
+                deliver(TaskEvent(ticket.task_id, TokenEvent(i, " word")))
+            deliver(TaskDone(ticket.task_id, CompletionResult(" word" * 20_000, "length", Timings(predicted_n=20_000), 3)))
         return ticket
 
     def cancel(self, ticket) -> None:  # a stuck engine does not answer a cancel either
@@ -172,14 +177,15 @@ def test_a_body_over_the_limit_gets_413():
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
-def test_a_stuck_engine_gives_503_then_a_full_queue_answers_before_the_body():
+def test_a_stuck_engine_gives_503_then_a_full_queue_answers_429_before_the_body():
     c = client("hang", max_queue=1, queue_timeout_s=0.3)
     t0 = time.monotonic()
     r = c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 503 and r.json()["error"]["code"] == "queue_timeout" and time.monotonic() - t0 < 5
-    # the stuck task still holds the only slot: the next request is turned away before its (too large) body
+    # the stuck task still holds the only slot: the next request is turned away before its (too large) body,
+    # as too many requests (the client may retry), not as a fault of the server
     r = c.post("/v1/completions", content=b" " * (9 * 1024 * 1024), headers={"Content-Type": "application/json"})
-    assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full"
+    assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full" and r.headers["Retry-After"] == "1"
 
 
 def test_an_engine_that_goes_silent_mid_answer_gives_504_or_an_error_event():
@@ -256,6 +262,49 @@ def test_hostile_clients_each_get_their_4xx_from_the_real_server():
         stop = threading.Event()
         threading.Timer(0.1, stop.set).start()  # one round of every case (a round takes longer)
         s = run_hostile(srv.url, stop, timeout=20).summary()
-        assert s["sent"] >= 8 and s["unexpected"] == {} and s["server_errors"] == 0, s
+        assert s["sent"] >= 10 and s["unexpected"] == {} and s["server_errors"] == 0, s
+        assert s["by_class"] == {"2xx": 3, "4xx": s["sent"] - 3}, s  # the disconnect and both readers: 200
+    finally:
+        srv.stop()
+
+
+def test_the_hostile_report_counts_each_status_class_and_a_5xx_as_a_server_error():
+    from app.server.hostile import HostileReport
+
+    r = HostileReport()
+    for got, want in (((400, ""), (400,)), ((429, "queue_full"), (400,)), ((503, "engine_loading"), (400,)),
+                      ((None, "ConnectionResetError"), (200,))):
+        r.count("case", got, want)
+    s = r.summary()
+    assert s["by_class"] == {"4xx": 2, "5xx": 1, "none": 1} and s["server_errors"] == 1, s
+    assert (s["as_expected"], s["turned_away_queue_full"], len(s["unexpected"])) == (1, 1, 2), s
+
+
+def test_a_slow_reader_and_one_that_stops_reading_do_not_hold_the_engine():
+    from app.server.hostile import slow_reader
+    from app.server.runner import LocalServer
+
+    gw = FakeGateway("long")
+    srv = LocalServer(gw, defaults=Defaults("off", sampling=GREEDY), port=0, max_queue=1).start()
+    try:
+        box: dict = {}
+        reader = threading.Thread(target=lambda: box.update(got=slow_reader(srv.url, byte_s=0.5, reads=4, hold_s=8)),
+                                  daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while gw.submitted == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the one queue slot: the slow reader's answer (3 MB, far past the socket's buffers) must not hold it
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(CHAT),
+                         headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            assert (r.status, json.loads(r.read())["usage"]["completion_tokens"]) == (200, 20_000)
+            conn.close()
+            assert reader.is_alive()  # still there, reading a byte at a time or not at all
+            time.sleep(2.5)  # the second one while the reader has stopped reading
+        reader.join(30)
+        assert box["got"] == (200, "")
     finally:
         srv.stop()

@@ -4,9 +4,10 @@ Routes: GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completi
 
 - One engine, one request at a time: requests are submitted in arrival order and the engine child
   serves them oldest first. At most `max_queue` requests wait or run at once; one more is turned away
-  with 503 and the queue length (the client may retry), before its body is read. A request the engine
-  has not started within `queue_timeout_s` gets 503, one it stops sending for `stall_timeout_s` 504:
-  a stuck engine gives every client an error, not a hang.
+  with 429 and `Retry-After` (too many requests: the client's share, not a fault; OpenAI answers so and
+  its client retries), before its body is read. 5xx is kept for the server's own faults: the engine not
+  ready (503), not started on a request within `queue_timeout_s` (503: stuck or far behind), silent for
+  `stall_timeout_s` while answering (504): a stuck engine gives every client an error, not a hang.
 - Browsers: Host and Origin allow-lists (app/server/guards.py); bodies: JSON only, bounded in size and
   time (app/server/body.py).
 - A client that goes away cancels its request: the engine stops at its next check (between prefill
@@ -140,7 +141,7 @@ class ApiServer:
     async def _api_error(self, request: Request, exc: ApiError) -> JSONResponse:
         self.stats[f"rejected_{exc.status}"] += 1
         log.info("%s %s -> %s %s", request.method, request.url.path, exc.status, exc.body["error"]["message"])
-        headers = {"Retry-After": "1"} if exc.status == 503 else None
+        headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
         if exc.status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
         return JSONResponse(exc.body, status_code=exc.status, headers=headers)
@@ -186,8 +187,9 @@ class ApiServer:
 
     def _check_room(self) -> None:
         if self.in_flight >= self.max_queue:
-            raise ApiError(503, f"The server is busy: {self.in_flight} requests are waiting or running (at most "
-                           f"{self.max_queue}). Retry later.", type="server_error", code="queue_full")
+            raise ApiError(429, f"The server is busy: {self.in_flight} requests are waiting or running (at most "
+                           f"{self.max_queue}). Retry after the seconds in Retry-After.", type="requests",
+                           code="queue_full")
 
     # ---- simple routes -----------------------------------------------------------------------------
     async def health(self, request: Request) -> JSONResponse:
@@ -263,7 +265,7 @@ class ApiServer:
     async def _next(self, run: EngineRun, *, queued: bool = False):
         """The run's next message; ApiError 503 (`queued`: its first, the engine has not started on it) or 504
         (silent while running) when none comes in time, the task cancelled. Its queue slot stays held until the
-        engine ends the task, so a stuck engine fills the queue and later requests get 503 at once."""
+        engine ends the task, so a stuck engine fills the queue and later requests get 429 at once."""
         timeout = self.queue_timeout_s if queued else self.stall_timeout_s
         try:
             return await asyncio.wait_for(run.get(), timeout)

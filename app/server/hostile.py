@@ -1,10 +1,12 @@
 """Hostile and unlucky clients for the load test (issue 39): each sends one kind of bad request and
-knows the 4xx it must get, or (a disconnect) that it must leave the server as it was. While the queue
-is full a request is turned away with 503 `queue_full` before its body is read (the server cannot know
-yet that the body is bad, and reading it would cost what the limit saves): counted apart, as turned away.
+knows the 4xx it must get, or (a disconnect, a slow reader, a client that stops reading) that it must
+leave the server as it was. While the queue is full a request is turned away with 429 `queue_full`
+before its body is read (the server cannot know yet that the body is bad, and reading it would cost
+what the limit saves): counted apart, as turned away.
 
-`run_hostile` loops over them on one thread while the well-formed clients of `run_load` run, and
-counts what each got: the status expected, another status (a 5xx above all), or no answer.
+`run_hostile` loops over them on one thread (the readers on threads of their own) while the well-formed
+clients of `run_load` run, and counts what each got: the status expected, another status (a 5xx above
+all), or no answer; and every status by class (2xx, 4xx, 5xx, none).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -26,20 +29,24 @@ class HostileReport:
     as_expected: int = 0
     queue_full: int = 0  # turned away by a full queue before the body was read
     unexpected: Counter = field(default_factory=Counter)  # "case: got status" -> times
+    classes: Counter = field(default_factory=Counter)  # "2xx", "4xx", "5xx", "none" -> times
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the readers count from their own threads
 
     def count(self, name: str, got: tuple[int | None, str], want: tuple[int, ...]) -> None:
-        self.sent += 1
-        if got[0] in want:
-            self.as_expected += 1
-        elif got == (503, "queue_full"):
-            self.queue_full += 1
-        else:
-            self.unexpected[f"{name}: {got[0]} {got[1]}".strip()] += 1
+        with self.lock:
+            self.sent += 1
+            self.classes["none" if got[0] is None else f"{got[0] // 100}xx"] += 1
+            if got[0] in want:
+                self.as_expected += 1
+            elif got == (429, "queue_full"):
+                self.queue_full += 1
+            else:
+                self.unexpected[f"{name}: {got[0]} {got[1]}".strip()] += 1
 
     def summary(self) -> dict:
         return {"sent": self.sent, "as_expected": self.as_expected, "turned_away_queue_full": self.queue_full,
-                "unexpected": dict(self.unexpected),
-                "server_errors": sum(n for k, n in self.unexpected.items() if ": 5" in k)}
+                "unexpected": dict(self.unexpected), "by_class": dict(self.classes),
+                "server_errors": self.classes["5xx"]}
 
 
 def _cases() -> list[tuple[str, int, str, bytes, dict]]:
@@ -75,28 +82,74 @@ def _post(url: str, path: str, body: bytes, headers: dict, timeout: float) -> tu
         conn.close()
 
 
-def _disconnect_mid_stream(url: str, timeout: float) -> int | None:
-    """A streamed request whose client reads the status line and goes away: the server must cancel it."""
+def _stream_head(url: str) -> tuple[tuple[str, int], bytes]:
+    """The address and the bytes of one streamed chat request (64 tokens) sent by hand."""
     u = urlsplit(url)
     body = json.dumps({**CHAT, "max_tokens": 64, "stream": True}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json"
             f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    return (u.hostname, u.port), head + body
+
+
+def _status(first: bytes) -> tuple[int | None, str]:
+    """(status, "queue_full" for a 429) from the first bytes of an answer."""
     try:
-        with socket.create_connection((u.hostname, u.port), timeout=timeout) as s:
-            s.sendall(head + body)
-            first = s.recv(64)  # the status line: the engine has started on it
-        return int(first.split()[1]) if first.startswith(b"HTTP/1.1 ") else None
-    except (OSError, ValueError, IndexError):
-        return None
+        status = int(first.split()[1]) if first.startswith(b"HTTP/1.1 ") else None
+    except (ValueError, IndexError):
+        return None, "no status line"
+    return status, "queue_full" if status == 429 else ""
+
+
+def _disconnect_mid_stream(url: str, timeout: float) -> tuple[int | None, str]:
+    """A streamed request whose client reads the status line and goes away: the server must cancel it."""
+    address, request = _stream_head(url)
+    try:
+        with socket.create_connection(address, timeout=timeout) as s:
+            s.sendall(request)
+            return _status(s.recv(64))  # the status line: the engine has started on it
+    except OSError as exc:
+        return None, type(exc).__name__
+
+
+def slow_reader(url: str, *, byte_s: float = 1.0, reads: int = 5, hold_s: float = 0.0,
+                timeout: float = 60.0) -> tuple[int | None, str]:
+    """A streamed request read a byte every `byte_s` seconds for `reads` bytes after the status line, then
+    (`hold_s`) not read at all for that long, then dropped: neither may hold the engine."""
+    address, request = _stream_head(url)
+    try:
+        with socket.create_connection(address, timeout=timeout) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # a small window: the server's writes stall
+            s.sendall(request)
+            got = _status(s.recv(12))
+            for _ in range(reads if got[0] == 200 else 0):
+                time.sleep(byte_s)
+                if not s.recv(1):
+                    break
+            time.sleep(hold_s if got[0] == 200 else 0)
+            return got
+    except OSError as exc:
+        return None, type(exc).__name__
 
 
 def run_hostile(url: str, stop: threading.Event, *, timeout: float = 60.0) -> HostileReport:
-    """Send the hostile cases in turn (and a client that disconnects mid-stream) until `stop` is set."""
+    """Send the hostile cases in turn (a client that disconnects mid-stream, and on threads of their own a
+    slow reader and one that stops reading) until `stop` is set."""
     report = HostileReport()
+    readers: list[threading.Thread] = []
+
+    def reader(name: str, **kw) -> None:  # its 200 (then it reads slowly or not at all), or a 429
+        report.count(name, slow_reader(url, timeout=timeout, **kw), (200,))
+
     while not stop.is_set():
+        readers = [t for t in readers if t.is_alive()]
+        if len(readers) < 2:  # at most two at once: each holds a connection for several seconds
+            for name, kw in (("slow reader", {"byte_s": 1.0, "reads": 5}), ("stops reading", {"reads": 0, "hold_s": 5})):
+                readers.append(threading.Thread(target=reader, args=(name,), kwargs=kw, daemon=True))
+                readers[-1].start()
         for name, want, path, body, headers in _cases():
             report.count(name, _post(url, path, body, headers, timeout), (want,))
-        status = _disconnect_mid_stream(url, timeout)  # its 200 (then gone), or 503 while the queue is full
-        report.count("disconnect mid-stream", (status, "queue_full" if status == 503 else ""), (200,))
+        report.count("disconnect mid-stream", _disconnect_mid_stream(url, timeout), (200,))
         stop.wait(0.5)  # a round a second or so: hostile, not a flood
+    for t in readers:
+        t.join(timeout)
     return report

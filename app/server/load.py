@@ -1,10 +1,11 @@
 """A bounded load test against a running server, and what the server adds to a direct engine call.
 
 `run_load`: C client threads each send R short chat requests about one short document, one after the
-other (every other one streamed), with the standard library's HTTP client. Every request ends as
-answered (200 with an answer), rejected (an HTTP error with an OpenAI-style reason: 503 when the
-queue is full, ...) or lost (no HTTP answer at all: a reset, a timeout, a broken stream). Afterwards
-/health must say ok with nothing in flight.
+other (every other one streamed), with the standard library's HTTP client. A 429 (the queue is full)
+is retried after its Retry-After, as the openai client does (at most `retries` times, counted). Every
+request ends as answered (200 with an answer), rejected (an HTTP error with an OpenAI-style reason) or
+lost (no HTTP answer at all: a reset, a timeout, a broken stream). Afterwards /health must say ok with
+nothing in flight.
 
 `added_latency`: the same short request, alternately through HTTP and straight to the gateway
 (EngineProcess, no HTTP), so the difference is what the HTTP server adds; the engine's own time
@@ -42,6 +43,7 @@ class Outcome:
     kind: str  # answered | rejected | lost
     seconds: float
     reason: str = ""
+    retried: int = 0  # 429s retried after their Retry-After
 
 
 @dataclass
@@ -65,7 +67,8 @@ class LoadReport:
         pct = (lambda q: round(ok[min(len(ok) - 1, int(q * len(ok)))] * 1000)) if ok else (lambda q: None)
         return {"clients": self.clients, "requests_per_client": self.requests_per_client,
                 "sent": len(self.outcomes), "answered": self.count("answered"), "rejected": self.count("rejected"),
-                "lost": self.count("lost"), "reasons": dict(reasons), "wall_s": round(self.seconds, 2),
+                "lost": self.count("lost"), "retried_429": sum(o.retried for o in self.outcomes),
+                "reasons": dict(reasons), "wall_s": round(self.seconds, 2),
                 "answered_per_s": round(len(ok) / self.seconds, 2) if self.seconds else 0.0,
                 "latency_ms": {"p50": pct(0.5), "p95": pct(0.95), "max": round(ok[-1] * 1000) if ok else None},
                 "healthy_after": self.healthy_after, "health_after": self.health_after}
@@ -112,6 +115,8 @@ def one_request(base_url: str, body: dict, api_key: str | None, timeout: float) 
                 return r.status, "lost", "an answer without choices or timings"
             return r.status, "answered", ""
     except urllib.error.HTTPError as exc:
+        if exc.code == 429:
+            return 429, "busy", exc.headers.get("Retry-After", "1")
         try:
             err = json.loads(exc.read()).get("error", {})
             return exc.code, "rejected", f"{err.get('code')}: {err.get('message', '')[:80]}"
@@ -121,8 +126,21 @@ def one_request(base_url: str, body: dict, api_key: str | None, timeout: float) 
         return None, "lost", f"{type(exc).__name__}: {exc}"
 
 
+def retrying(base_url: str, body: dict, api_key: str | None, timeout: float, retries: int) -> tuple:
+    """one_request, a 429 retried after its Retry-After (as the openai client does): (status, kind, reason, retried)."""
+    for retried in range(retries + 1):
+        status, kind, reason = one_request(base_url, body, api_key, timeout)
+        if kind != "busy":
+            return status, kind, reason, retried
+        try:
+            time.sleep(min(60.0, max(0.1, float(reason))))
+        except ValueError:
+            time.sleep(1.0)
+    return status, "rejected", f"queue_full: still busy after {retries} retries", retries
+
+
 def run_load(base_url: str, *, clients: int = 8, requests: int = 5, max_tokens: int = 8,
-             api_key: str | None = None, timeout: float = 600.0) -> LoadReport:
+             api_key: str | None = None, timeout: float = 600.0, retries: int = 30) -> LoadReport:
     """C clients x R requests, all at once; returns every outcome and /health afterwards."""
     outcomes: list[Outcome] = []
     lock = threading.Lock()
@@ -134,9 +152,9 @@ def run_load(base_url: str, *, clients: int = 8, requests: int = 5, max_tokens: 
             stream = (c + n) % 2 == 1
             body = chat_body(QUESTIONS[(c + n) % len(QUESTIONS)], max_tokens, stream)
             t0 = time.perf_counter()
-            status, kind, reason = one_request(base_url, body, api_key, timeout)
+            status, kind, reason, retried = retrying(base_url, body, api_key, timeout, retries)
             with lock:
-                outcomes.append(Outcome(c, n, stream, status, kind, time.perf_counter() - t0, reason))
+                outcomes.append(Outcome(c, n, stream, status, kind, time.perf_counter() - t0, reason, retried))
 
     threads = [threading.Thread(target=client, args=(c,), name=f"load-client-{c}") for c in range(clients)]
     t0 = time.perf_counter()
@@ -210,7 +228,8 @@ def added_latency(base_url: str, gateway, *, repeats: int = 5, max_tokens: int =
 def report_lines(summary: dict, latency: dict | None = None) -> list[str]:
     s = summary
     lines = [f"{s['clients']} clients x {s['requests_per_client']} requests: {s['sent']} sent, {s['answered']} answered, "
-             f"{s['rejected']} rejected, {s['lost']} lost, in {s['wall_s']} s ({s['answered_per_s']} answers/s)",
+             f"{s['rejected']} rejected, {s['lost']} lost, in {s['wall_s']} s ({s['answered_per_s']} answers/s); "
+             f"{s['retried_429']} times 429 queue_full, retried after Retry-After",
              f"latency of answered requests: p50 {s['latency_ms']['p50']} ms, p95 {s['latency_ms']['p95']} ms, "
              f"max {s['latency_ms']['max']} ms"]
     lines += [f"  {n} x {reason}" for reason, n in s["reasons"].items()]
