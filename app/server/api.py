@@ -299,6 +299,9 @@ class ApiServer:
                             code="context_length_exceeded", **extra)
         if msg.error_type in ("DocumentError", "EmptyDocumentError", "ValueError"):
             return ApiError(400, msg.message, code="invalid_value")
+        if msg.error_type == "EngineError":  # the engine died or was stopped: unavailable for now, so 503 to retry
+            self.stats["failed"] += 1
+            return ApiError(503, msg.message, type="server_error", code="engine_crashed")
         self.stats["failed"] += 1
         return ApiError(500, msg.message, type="server_error", code=msg.error_type)
 
