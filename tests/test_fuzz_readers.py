@@ -95,3 +95,13 @@ def test_an_input_that_hangs_is_a_finding_and_the_run_goes_on(monkeypatch):
     stats = fuzz_readers.run_reader("gguf", 3, [b"GGUF"], input_s=0.2)
     assert time.monotonic() - started < 10 and stats["inputs"] == 3
     assert [(k.split()[0], f["count"]) for k, f in stats["findings"].items()] == [("Hang", 3)]
+
+
+def test_a_batched_run_gives_as_many_distinct_inputs_and_prints_its_progress(capsys):
+    from app.commands import fuzz_readers
+
+    stats = fuzz_readers.run_reader("settings", 10, [b"GGUF"], batch=4, progress_s=1e-9)
+    assert stats["inputs"] == 10 and not stats["findings"], stats  # 4 + 4 + 2 of the third batch
+    assert 8 <= stats["distinct"] <= 10, stats  # a batch's inputs differ (Hypothesis repeats list elements)
+    out = capsys.readouterr().out
+    assert "settings: 4 inputs after" in out and "settings: 10 inputs after" in out, out
