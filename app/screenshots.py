@@ -1,10 +1,13 @@
 """A debug aid that drives the real window and saves it with QWidget.grab(): the screenshots in README.md
 and docs/ are made with it under Xvfb.
 
-`python -m app.screenshots --screenshot PATH --scene chat|recall|reopen`: attach a long document and ask
-with "compare with exact"; run the recall panel; or ask, wait until the document is exact, and ask again
+`python -m app.screenshots --screenshot PATH --scene chat|recall|reopen|sources`: attach a long document and
+ask with "compare with exact"; run the recall panel; or ask, wait until the document is exact, and ask again
 in a new window on a new engine process (PATH-1 and PATH-2). `--doc FILE --question Q [--question Q2]`
 asks about a document of your own (its first `--doc-chars` characters) instead of the shipped corpus.
+`--scene sources --doc A.pdf --doc B ... --question Q ...` attaches the files whole (any format the app
+reads), asks each question, then clicks the first source on a PDF page (PATH-1) and the last in another
+document (PATH-2): the sources under each answer and the passage highlighted in the document pane.
 """
 from __future__ import annotations
 
@@ -135,17 +138,56 @@ def _reopen(app, path: str, doc, questions: list[str]) -> None:
     second.close()
 
 
+def _sources(app, window, path: str, docs: list[str], questions: list[str], max_tokens: int | None) -> None:
+    """Attach `docs` whole, ask each question (answers up to `max_tokens`), and grab the window after
+    clicking the first source on a PDF page (PATH-1) and the last one in another document (PATH-2)."""
+    from pathlib import Path
+
+    # RidgeFill where the model has usable maps, else exact: the sources come in every mode
+    window.controls.toggle.setChecked(window.controls.maps_status in ("verified", "warning"))
+    window.controls.compare.setChecked(False)
+    if not window.chat.attach_documents(docs):
+        raise SystemExit(f"could not attach {docs}: {window.chat.notice.text()}")
+    _wait(app, lambda: window.chat._task_count is None and window.chat.last_count is not None, 120, "the count")
+    _log(window.chat.count_label.text())
+    if max_tokens:
+        window.generation.max_tokens_box.setValue(max_tokens)
+    chips = []  # (chip, source) of every answer, in order
+    for q in questions:
+        m = _ask(app, window, q)
+        _log(f"sources: {[(s['document'], s['page'], s['text'][:60]) for s in m.sources or []]}")
+        widget = window.chat.view.messages[-1]
+        chips += list(zip(widget.chips.chips, m.sources)) if widget.chips is not None else []
+    if not chips:
+        raise SystemExit("no answer came with sources: nothing to click")
+    p = Path(path)
+    on_page = [c for c in chips if c[1]["page"] is not None] or chips  # a PDF page first, then another
+    elsewhere = [c for c in chips if c[1]["page"] is None and c[1]["document"] != on_page[0][1]["document"]]
+    for n, (chip, _source) in enumerate((on_page[0], (elsewhere or chips)[-1]), 1):
+        window.chat.view.ensureWidgetVisible(chip, 0, 120)  # the answer it is under, in view
+        chip.click()
+        _log(f"clicked {chip.text()!r}: {window.chat.pane.where.text()}")
+        _grab(app, window, p.with_name(f"{p.stem}-{n}{p.suffix}"))
+
+
 def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "1600, 2048",
-               depths: str = "0.1, 0.5, 0.9", doc_path: str | None = None, questions: list[str] | None = None,
-               model: str | None = None, split: int | None = None) -> int:
+               depths: str = "0.1, 0.5, 0.9", doc_paths: list[str] | None = None,
+               questions: list[str] | None = None, model: str | None = None, split: int | None = None,
+               max_tokens: int | None = None) -> int:
     from backend.demo import DEMO_QUESTION
 
+    doc_paths = doc_paths or []
+    doc_path = doc_paths[0] if doc_paths else None  # the chat and reopen scenes ask about one
     app = _app()
     questions = questions or [DEMO_QUESTION, "Who kept the lighthouse clock? Answer in one sentence."]
     if scene == "reopen":
         _reopen(app, path, _document(doc_path, doc_chars), questions)
         return 0
     window = _open_window(app, model, split)
+    if scene == "sources":
+        _sources(app, window, path, doc_paths, questions, max_tokens)
+        window.close()
+        return 0
     if scene == "chat":
         _attach(app, window, _document(doc_path, doc_chars), compare=True)
         for q in questions:
@@ -170,14 +212,16 @@ if __name__ == "__main__":
 
     p = argparse.ArgumentParser(prog="python -m app.screenshots")
     p.add_argument("--screenshot", metavar="PATH", required=True, help="drive the window through a scene and save it")
-    p.add_argument("--scene", choices=["chat", "recall", "reopen"], default="chat")
+    p.add_argument("--scene", choices=["chat", "recall", "reopen", "sources"], default="chat")
     p.add_argument("--doc-chars", type=int, default=9000)
     p.add_argument("--lengths", default="1600, 2048")
     p.add_argument("--depths", default="0.1, 0.5, 0.9")
-    p.add_argument("--doc", help="chat and reopen scenes: a text file of your own to ask about (its first --doc-chars)")
+    p.add_argument("--doc", action="append", help="chat and reopen scenes: a text file of your own to ask about "
+                   "(its first --doc-chars); sources scene: a document to attach whole (repeatable)")
     p.add_argument("--question", action="append", help="chat and reopen scenes: a question to ask (repeatable)")
     p.add_argument("--model", help="chat and recall scenes: a GGUF file to open (default: the last one opened)")
     p.add_argument("--split", type=int, help="chat and recall scenes: the split to set on the slider")
+    p.add_argument("--max-tokens", type=int, help="sources scene: the longest answer")
     a = p.parse_args()
     sys.exit(screenshot(a.screenshot, a.scene, a.doc_chars, a.lengths, a.depths, a.doc, a.question, a.model,
-                        a.split))
+                        a.split, a.max_tokens))

@@ -197,3 +197,23 @@ def test_an_old_conversation_with_one_document_opens_in_the_pane(qtbot, window, 
     assert window.chat.load_conversation(conv)
     assert window.chat.pane.list.count() == 1 and window.chat.pane.view.toPlainText() == "Old text."
     assert window.chat.view.messages[-1].chips is None  # an answer saved without sources shows none
+
+
+def test_chips_wrap_in_a_narrow_chat_instead_of_widening_it(qtbot):
+    from ui.chat_view import ChatView
+    from ui.source_chips import SourceChips
+
+    docs = [Document("a-rather-long-file-name.txt", "One.\n\nTwo."), Document("another-long-name.pdf", "x", (0,))]
+    sources = [{"document": d.name, "page": p, "start": 0, "end": 1, "text": "x", "score": 1.0}
+               for d, p in ((docs[0], None), (docs[1], 1), (docs[1], 1))]
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(300, 400)
+    view.show()
+    answer = view.add("assistant", "An answer.")
+    answer.set_chips(SourceChips(sources, docs))
+    qtbot.wait(100)
+    chips = answer.chips.chips
+    assert view.horizontalScrollBar().maximum() == 0, "the chips widened the chat"
+    assert len({c.y() for c in chips}) > 1 and all(c.geometry().right() <= answer.chips.width() for c in chips)
+    assert answer.chips.geometry().bottom() <= answer.height()  # the message grew to hold every row

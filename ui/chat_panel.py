@@ -118,8 +118,8 @@ class ChatPanel(ChatDocuments, QWidget):
         split = QSplitter()
         split.addWidget(chat)
         split.addWidget(self.pane)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
         QVBoxLayout(self).addWidget(split)
 
     def _connect(self) -> None:

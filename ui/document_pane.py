@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from PySide6.QtCore import QUrl, Signal, Slot
+from PySide6.QtCore import Qt, QUrl, Signal, Slot
 from PySide6.QtGui import QColor, QDesktopServices, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -54,6 +54,8 @@ class DocumentPane(QWidget):
         self._shown = -1  # the index of the document whose text the view holds
         self.list = QListWidget()
         self.list.setMaximumHeight(96)
+        self.list.setTextElideMode(Qt.ElideMiddle)  # a long name is cut in its middle, not scrolled
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.remove_btn = QPushButton("Remove")
         self.remove_btn.setToolTip("Take the chosen document out of this chat")
         self.where = QLabel(NO_DOCUMENTS)
@@ -83,6 +85,8 @@ class DocumentPane(QWidget):
         self.list.blockSignals(True)
         self.list.clear()
         self.list.addItems([document_line(d) for d in self.documents])
+        for i, d in enumerate(self.documents):
+            self.list.item(i).setToolTip(document_line(d) + (f"\n{d.path}" if d.path else ""))
         self.list.blockSignals(False)
         self._shown = -1
         names = [d.name for d in self.documents]

@@ -8,9 +8,10 @@ import re
 from typing import Sequence
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QPushButton, QWidget
+from PySide6.QtWidgets import QLabel, QMenu, QPushButton, QSizePolicy, QWidget
 
 from app.conversations import Document
+from ui.flow_layout import FlowLayout
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")  # a blank line (or several) ends a paragraph
 CHIP_STYLE = ("QPushButton { border: 1px solid #2874a6; border-radius: 9px; padding: 1px 8px; color: #2874a6;"
@@ -47,7 +48,7 @@ def find_document(documents: Sequence[Document], name: str) -> Document | None:
 
 
 class SourceChips(QWidget):
-    """One chip per source, best first, after the word "Sources"."""
+    """One chip per source, best first, after the word "Sources"; they wrap to more rows when narrow."""
 
     chosen = Signal(dict)  # the source to show in the document pane
     open_page = Signal(dict)  # a PDF source: open its file at its page
@@ -56,9 +57,11 @@ class SourceChips(QWidget):
         super().__init__(parent)
         self.sources = list(sources)
         self.chips: list[QPushButton] = []
-        lay = QHBoxLayout(self)
+        lay = FlowLayout(self)
         lay.setContentsMargins(0, 2, 0, 0)
-        lay.setSpacing(4)
+        policy = QSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
         head = QLabel("Sources:")
         head.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
         lay.addWidget(head)
@@ -74,7 +77,6 @@ class SourceChips(QWidget):
                 chip.customContextMenuRequested.connect(lambda pos, c=chip, s=s: self._menu(c, s, pos))
             lay.addWidget(chip)
             self.chips.append(chip)
-        lay.addStretch(1)
 
     def _menu(self, chip: QPushButton, source: dict, pos) -> None:
         menu = QMenu(chip)
