@@ -19,6 +19,7 @@ from backend.sampling import GREEDY
 STORY = {"messages": [{"role": "user", "content": "Tell a long story about a lighthouse."}], "max_tokens": 400,
          "stream": True, "ridgefill": {"mode": "off"}}
 SHORT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "ridgefill": {"mode": "off"}}
+JSON = {"Content-Type": "application/json"}
 WAIT_S = 60  # no client may wait longer than this for its answer or its error
 
 
@@ -40,7 +41,7 @@ def post(port: int, body: dict) -> tuple[int, dict, dict]:
     """(status, the JSON answer, headers) of one request that is not streamed."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=JSON)
         r = conn.getresponse()
         return r.status, json.loads(r.read()), {k.lower(): v for k, v in r.getheaders()}
     finally:
@@ -51,7 +52,7 @@ def stream(port: int, started: threading.Event, box: dict) -> None:
     """A streamed request: its status and every event, `started` set at the first piece of text."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(STORY), headers={"Content-Type": "application/json"})
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(STORY), headers=JSON)
         r = conn.getresponse()
         box["status"], box["events"] = r.status, []
         while line := r.readline():

@@ -42,7 +42,7 @@ def load_with_hostile(url: str, args):
         stop.set()
     if not args.hostile:
         return report, None
-    thread.join(120)
+    thread.join(660)  # a hostile client waits at most the server's queue deadline (600 s)
     report.health_after = health_when_idle(url, 60)  # again: the hostile clients ran on after the load's check
     return report, box["h"].summary() if "h" in box else {"sent": 0, "unfinished": True}
 

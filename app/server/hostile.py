@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
 JSON = {"Content-Type": "application/json"}
+# the readers of a streamed answer (slow_reader's arguments): a byte a second for 10 s; nothing for 10 s
+READERS = (("slow reader", {"byte_s": 1.0, "reads": 10}), ("stops reading", {"reads": 0, "hold_s": 10}))
 
 
 @dataclass
@@ -82,10 +84,10 @@ def _post(url: str, path: str, body: bytes, headers: dict, timeout: float) -> tu
         conn.close()
 
 
-def _stream_head(url: str) -> tuple[tuple[str, int], bytes]:
-    """The address and the bytes of one streamed chat request (64 tokens) sent by hand."""
+def _stream_head(url: str, max_tokens: int = 64) -> tuple[tuple[str, int], bytes]:
+    """The address and the bytes of one streamed chat request sent by hand."""
     u = urlsplit(url)
-    body = json.dumps({**CHAT, "max_tokens": 64, "stream": True}).encode()
+    body = json.dumps({**CHAT, "max_tokens": max_tokens, "stream": True}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json"
             f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     return (u.hostname, u.port), head + body
@@ -114,8 +116,9 @@ def _disconnect_mid_stream(url: str, timeout: float) -> tuple[int | None, str]:
 def slow_reader(url: str, *, byte_s: float = 1.0, reads: int = 5, hold_s: float = 0.0,
                 timeout: float = 60.0) -> tuple[int | None, str]:
     """A streamed request read a byte every `byte_s` seconds for `reads` bytes after the status line, then
-    (`hold_s`) not read at all for that long, then dropped: neither may hold the engine."""
-    address, request = _stream_head(url)
+    (`hold_s`) not read at all for that long, then dropped: neither may hold the engine. 16 tokens: some
+    2,500 bytes of events, past its receive window (1 KiB)."""
+    address, request = _stream_head(url, 16)
     try:
         with socket.create_connection(address, timeout=timeout) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # a small window: the server's writes stall
@@ -131,9 +134,10 @@ def slow_reader(url: str, *, byte_s: float = 1.0, reads: int = 5, hold_s: float 
         return None, type(exc).__name__
 
 
-def run_hostile(url: str, stop: threading.Event, *, timeout: float = 60.0) -> HostileReport:
+def run_hostile(url: str, stop: threading.Event, *, timeout: float = 600.0) -> HostileReport:
     """Send the hostile cases in turn (a client that disconnects mid-stream, and on threads of their own a
-    slow reader and one that stops reading) until `stop` is set."""
+    slow reader and one that stops reading) until `stop` is set. `timeout`: a client's patience, as long as
+    the server's own deadline for a queued request (a loaded engine may take minutes to start on one)."""
     report = HostileReport()
     readers: list[threading.Thread] = []
 
@@ -143,7 +147,7 @@ def run_hostile(url: str, stop: threading.Event, *, timeout: float = 60.0) -> Ho
     while not stop.is_set():
         readers = [t for t in readers if t.is_alive()]
         if len(readers) < 2:  # at most two at once: each holds a connection for several seconds
-            for name, kw in (("slow reader", {"byte_s": 1.0, "reads": 5}), ("stops reading", {"reads": 0, "hold_s": 5})):
+            for name, kw in READERS:
                 readers.append(threading.Thread(target=reader, args=(name,), kwargs=kw, daemon=True))
                 readers[-1].start()
         for name, want, path, body, headers in _cases():

@@ -127,20 +127,22 @@ def one_request(base_url: str, body: dict, api_key: str | None, timeout: float) 
 
 
 def retrying(base_url: str, body: dict, api_key: str | None, timeout: float, retries: int) -> tuple:
-    """one_request, a 429 retried after its Retry-After (as the openai client does): (status, kind, reason, retried)."""
+    """one_request, a 429 retried as the openai client does: after its Retry-After or an exponential backoff
+    (0.5 s doubling, at most 8 s), whichever is longer. (status, kind, reason, times retried)."""
     for retried in range(retries + 1):
         status, kind, reason = one_request(base_url, body, api_key, timeout)
         if kind != "busy":
             return status, kind, reason, retried
         try:
-            time.sleep(min(60.0, max(0.1, float(reason))))
+            after = float(reason)
         except ValueError:
-            time.sleep(1.0)
+            after = 1.0
+        time.sleep(min(60.0, max(after, min(8.0, 0.5 * 2**retried))))
     return status, "rejected", f"queue_full: still busy after {retries} retries", retries
 
 
 def run_load(base_url: str, *, clients: int = 8, requests: int = 5, max_tokens: int = 8,
-             api_key: str | None = None, timeout: float = 600.0, retries: int = 30) -> LoadReport:
+             api_key: str | None = None, timeout: float = 600.0, retries: int = 75) -> LoadReport:
     """C clients x R requests, all at once; returns every outcome and /health afterwards."""
     outcomes: list[Outcome] = []
     lock = threading.Lock()
