@@ -20,8 +20,10 @@ from .stopping import AnswerEnd
 
 
 def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink | None = None,
-             cancel: CancelCheck | None = None, prompt_cache: PromptCache | None = None) -> CompletionResult:
-    """Raises DocumentTooLongError naming the models whose context would hold the prompt."""
+             cancel: CancelCheck | None = None, prompt_cache: PromptCache | None = None,
+             plan=None) -> CompletionResult:
+    """Raises DocumentTooLongError naming the models whose context would hold the prompt. `plan`: how to
+    prefill, decided by the caller (an eval's oracle); None: plan_prefill decides from the request."""
     t_start = time.perf_counter()
     tokens = engine.prompt_tokens(request)
     try:
@@ -30,7 +32,7 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
         from .hub.context_fit import with_advice
 
         raise with_advice(exc) from None
-    plan = plan_prefill(engine, request, len(tokens))
+    plan = plan or plan_prefill(engine, request, len(tokens))
     if request.documents:  # the sources read each document row's key in its cell (backend/sources.py)
         from .sources import record_cells
 

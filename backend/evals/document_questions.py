@@ -54,7 +54,7 @@ def question_items(engine, name: str = "licences") -> list[NeedleItem]:
         items.append(NeedleItem(
             id=f"{name}/{i:02d}", variant="question", length=len(tokens), depth=round(start / len(tokens), 3),
             haystack=name, seed=0, rep=0, key=q["answer"], answers=accepted(q), needles=[needle],
-            messages=messages, max_tokens=32))
+            messages=messages, max_tokens=32, document=q["document"]))
     return items
 
 

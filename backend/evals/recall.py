@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +37,30 @@ def result_key(rec: dict) -> tuple:
 def reusable(rec: dict) -> bool:
     """Whether a line may stand in for a rerun: an exact line, or one whose mode really ran or was
     refused with a stated reason (not one from an engine that ignored the mode without a word)."""
-    return rec["mode"] == "off" or rec.get("mode_run") == rec["mode"] or bool(rec.get("note"))
+    return rec["mode"] == "off" or rec.get("mode_run") == run_mode(rec["mode"]) or bool(rec.get("note"))
+
+
+# "guided+answer": guided with the asked answer's rows made exact as well as what the question chose, an
+# oracle telling a lost answer whose rows were not selected from one lost around them (issue 37)
+ORACLE = "+answer"
+
+
+def run_mode(mode: str) -> str:
+    """The mode a request runs in for a recall mode (the oracle's is guided)."""
+    return mode.removesuffix(ORACLE)
+
+
+def answer_plan(engine, item: NeedleItem, request):
+    """The oracle's plan: the request's own, with the asked needles' rows made exact too."""
+    from ..prefill import ExactPrefill
+    from ..ridgefill.plan import RidgeFillPlan, plan_prefill
+
+    plan = plan_prefill(engine, request, item.length)
+    if not isinstance(plan, RidgeFillPlan) or plan.mode != "guided":
+        why = plan.note if isinstance(plan, ExactPrefill) else f"it plans {plan.mode}"
+        raise RidgeFillError(f"the {ORACLE} oracle needs guided mode to run: {why or 'it plans exact'}")
+    rows = tuple(p for n in item.asked for p in range(n.start, n.end))
+    return replace(plan, guided=replace(plan.guided, also_rows=rows))
 
 
 def load_results(path: str | Path) -> list[dict]:
@@ -87,10 +110,16 @@ def effective_tail(engine, length: int, tail: int | None) -> int | None:
 
 
 def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None,
-             cancel: Callable[[], bool] | None = None) -> dict:
-    """Run one item in one mode and return its result line."""
+             cancel: Callable[[], bool] | None = None, shared: SharedDocuments | None = None) -> dict:
+    """Run one item in one mode and return its result line. `shared`: items of one document restore its
+    rows' prefill instead of running it again (the answer is the same; the times are not prefill times)."""
     t0 = time.perf_counter()
-    result = complete(engine, item.request(mode, split, tail), cancel=cancel)
+    request = item.request(run_mode(mode), split, tail)
+    plan = answer_plan(engine, item, request) if mode.endswith(ORACLE) else None
+    if shared is not None and shared.rows(item):
+        result = shared.snapshots.complete(request, shared.rows(item), cancel, plan=plan)
+    else:
+        result = complete(engine, request, cancel=cancel, plan=plan)
     if result.finish_reason == "cancelled":  # a half answer must not be scored or saved
         raise Cancelled(f"item {item.id} cancelled while answering")
     if result.prompt_tokens != item.length:  # the item was built for another tokenizer or template
@@ -103,20 +132,48 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
         "kind": "recall", **item.meta(effective_tail(engine, item.length, tail)),
         "mode": mode, "split": split if mode != "off" else None, "tail": tail,
         "correct": correct, "answer": answer, "reply": result.text,
-        "mode_run": t.mode, "bulk_n": t.bulk_n, "note": t.note,
+        "mode_run": t.mode, "bulk_n": t.bulk_n, "note": t.note, "cache_n": t.cache_n,
         "ttft_ms": round(t.ttft_ms, 1), "prompt_ms": round(t.prompt_ms, 1),
         "seconds": round(time.perf_counter() - t0, 2),
     }
+    if t.mode in ("quality", "guided"):  # the hit on this very item: were the answer's rows made exact?
+        record = engine.slot.record
+        rec["answer_exact"] = not any(record.approximated(n.start, n.end) for n in item.asked)
     return rec
+
+
+class SharedDocuments:
+    """The rows each item shares with the other items of its document (0: none), and the saved prefills
+    of them."""
+
+    def __init__(self, engine, items: list[NeedleItem], tail: int | None):
+        from ..ridgefill.defaults import tail_or_default
+        from .prefix_snapshot import PrefixSnapshots, shared_rows
+
+        self.snapshots = PrefixSnapshots(engine)
+        groups: dict[str, list[NeedleItem]] = {}
+        for item in items:
+            if item.document is not None:
+                groups.setdefault(item.document, []).append(item)
+        t = tail_or_default(engine.info, tail)
+        self._rows = {}
+        for group in groups.values():
+            n = shared_rows(engine, [engine.prompt_tokens(i.request()) for i in group], t) if len(group) > 1 else 0
+            self._rows.update({i.id: n for i in group})
+
+    def rows(self, item: NeedleItem) -> int:
+        return self._rows.get(item.id, 0)
 
 
 def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | None, tail: int | None,
                out_path: str | Path, on_progress: Callable[[RecallProgress], None] | None = None,
-               cancel: Callable[[], bool] | None = None) -> list[dict]:
+               cancel: Callable[[], bool] | None = None, share_documents: bool = True) -> list[dict]:
     """Run every item in every mode (item by item, so pairs finish together) and return the lines for
     these items and modes, read back from `out_path` (earlier runs included). Raises Cancelled; what
-    finished stays in the file."""
+    finished stays in the file. `share_documents`: questions about one document restore its prefill
+    (SharedDocuments) instead of running it again."""
     out = Path(out_path)
+    shared = SharedDocuments(engine, items, tail) if share_documents else None
     done = {result_key(r): r for r in load_results(out) if reusable(r)}
     total = len(items) * len(modes)
     n = 0
@@ -128,7 +185,7 @@ def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | N
             if rec is None:
                 if cancel is not None and cancel():
                     raise Cancelled(f"recall run cancelled after {n} of {total} runs; rerun to resume")
-                rec = run_item(engine, item, mode, split, tail, cancel)
+                rec = run_item(engine, item, mode, split, tail, cancel, shared)
                 _append(out, rec)
                 done[result_key(rec)] = rec
                 n += 1

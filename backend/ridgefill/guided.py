@@ -55,6 +55,9 @@ class GuidedParams:
     # which in a needle haystack is every needle: the rival needles must be exact for the model to tell
     # them apart (docs/MEASUREMENTS.md#contrast-question).
     also_peaks: int = 4
+    # Rows made exact besides the question's choice: an eval's oracle (the answer's rows,
+    # backend/evals/recall.py), never set by a request.
+    also_rows: tuple[int, ...] = ()
 
     def scoring_layers(self, n_layer: int, split: int, swa_layers=frozenset()) -> list[int]:
         """The layers whose attention scores the bulk, below the split; on a sliding-window model the
@@ -240,4 +243,5 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
     with phases("score"):
         scores, own = score_rows(engine, rt, tokens, candidates, streams, params, contrast)
         ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
-    return select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)
+    runs = select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)
+    return runs + runs_of(sorted(p for p in params.also_rows if p < bulk_end), engine.ubatch_rows)

@@ -181,6 +181,14 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
     return report
 
 
+def prefill_bulk(engine, plan, tokens: list[int]) -> None:
+    """Sequence 0 becomes `tokens` through `plan`'s bulk pass alone (no row made exact, no tail): what a
+    run of a longer prompt starting with them writes there (evals/prefix_snapshot.py saves it)."""
+    engine.slot.truncate(0)
+    with one_torch_thread():
+        bulk_pass(engine, plan, tokens, 0, len(tokens), _Predictor(plan.maps))
+
+
 # Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
 # their lower layers ran: fewer, larger blocks let torch use both cores without its threads spinning
 # against llama.cpp's between every chunk (docs/MEASUREMENTS.md#late-kv-in-2048-row-blocks).
