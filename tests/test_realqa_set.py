@@ -84,6 +84,25 @@ def test_paired_questions_counts_per_document_and_depth_and_lists_the_losses():
     assert [x["id"] for x in got["lost"]] == ["realqa/00"] and got["lost"][0]["guided"] == "no idea"
 
 
+def test_the_losses_are_split_by_whether_the_answers_rows_were_made_exact_and_what_the_oracle_says():
+    from backend.evals.report import questions_text
+
+    questions = load_questions("realqa")
+    right = [q["answer"] for q in questions[:3]]
+    lines = [_line(0, "off", right[0]), {**_line(0, "guided", "no idea"), "answer_exact": False, "region": "bulk"},
+             {**_line(0, "guided+answer", right[0]), "mode_run": "guided"},            # lost, not selected, rescued
+             _line(1, "off", right[1]), {**_line(1, "guided", "no"), "answer_exact": True, "region": "bulk"},
+             {**_line(1, "guided+answer", "no"), "mode_run": "guided"},                # lost though selected
+             _line(2, "off", right[2]), {**_line(2, "guided", right[2]), "answer_exact": True, "region": "bulk"}]
+    got = paired_questions(lines, "realqa")
+    assert [(x["selected"], x["rescued"]) for x in got["lost"]] == [(False, True), (True, False)]
+    assert got["hit_rate"] == {"n": 3, "hits": 2}
+    text = questions_text(got)
+    assert "answer's rows not made exact: 1 (the oracle, the answer's rows made exact too, answers 1 of 1)" in text
+    assert "answer's rows made exact: 1 (the oracle, the answer's rows made exact too, answers 0 of 1)" in text
+    assert "for 2 of 3 answers in the bulk" in text
+
+
 def test_recall_scores_a_question_by_its_accepted_phrases():
     """recall scored every reply by its first 7-digit run, so every question came out wrong."""
     from backend.evals.scoring import score

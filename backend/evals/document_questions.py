@@ -86,8 +86,9 @@ def depth_bucket(depth: float) -> str:
 
 def paired_questions(records: list[dict], name: str, mode: str = "guided") -> dict:
     """Exact against `mode` on the question set `name`, paired by item and rescored by `answer_found`:
-    the 2x2 table and McNemar's p overall, per document and per depth bucket, and the items exact
-    answered and `mode` lost (with both replies)."""
+    the 2x2 table and McNemar's p overall, per document and per depth bucket; the items exact answered
+    and `mode` lost (both replies, whether `mode` made the answer's rows exact, and whether the oracle
+    `mode`+answer answered); and the hit rate (answers in the bulk whose rows `mode` made exact)."""
     from .compare import recall_records
     from .stats import paired_table
 
@@ -105,10 +106,15 @@ def paired_questions(records: list[dict], name: str, mode: str = "guided") -> di
     def table(part: list[str]) -> dict:
         return paired_table([exact[i]["correct"] for i in part], [other[i]["correct"] for i in part])
 
+    oracle = {r["id"]: r for r in lines if r["mode"] == mode + "+answer"}
     lost = [{"id": i, "question": questions[int(i.rsplit("/", 1)[1])]["question"], "answer": exact[i]["expected"][0],
-             "exact": exact[i]["reply"].strip(), mode: other[i]["reply"].strip()}
+             "exact": exact[i]["reply"].strip(), mode: other[i]["reply"].strip(),
+             "selected": other[i].get("answer_exact"),  # None: the line has no such field
+             "rescued": oracle[i]["correct"] if i in oracle else None}
             for i in ids if exact[i]["correct"] and not other[i]["correct"]]
-    out = {"overall": table(ids), "document": {}, "depth": {}, "lost": lost}
+    hits = [other[i]["answer_exact"] for i in ids if "answer_exact" in other[i] and other[i].get("region") == "bulk"]
+    out = {"overall": table(ids), "document": {}, "depth": {}, "lost": lost,
+           "hit_rate": {"n": len(hits), "hits": sum(hits)}}
     for (kind, key), part in groups.items():
         out[kind][key] = table(part)
     return out

@@ -57,3 +57,31 @@ def _num_first(k: str):
         return (0, float(k), "")
     except ValueError:
         return (1, 0.0, k)
+
+
+def questions_text(paired: dict, mode: str = "guided") -> str:
+    """A question set's paired report (document_questions.paired_questions): exact against `mode` per
+    document, per depth and overall, where the answers `mode` lost went, and its hit rate."""
+    rows = []
+    for kind in ("document", "depth"):
+        for key, t in sorted(paired[kind].items()):
+            rows.append([key, t["n"], t["both"] + t["a_only"], t["both"] + t["b_only"], t["a_only"], t["b_only"],
+                         p_value(t["p_mcnemar"])])
+    o = paired["overall"]
+    rows.append(["all", o["n"], o["both"] + o["a_only"], o["both"] + o["b_only"], o["a_only"], o["b_only"],
+                 p_value(o["p_mcnemar"])])
+    lines = [table(["group", "n", "exact right", f"{mode} right", "exact only", f"{mode} only", "McNemar p"], rows)]
+    lost = paired["lost"]
+    kinds = {"answer's rows not made exact": [x for x in lost if x["selected"] is False],
+             "answer's rows made exact": [x for x in lost if x["selected"]]}
+    lines.append(f"\nAnswers exact gave and {mode} lost: {len(lost)}")
+    for what, part in kinds.items():
+        rescued = sum(bool(x["rescued"]) for x in part)
+        tried = sum(x["rescued"] is not None for x in part)
+        lines.append(f"  {what}: {len(part)}" + (f" (the oracle, the answer's rows made exact too, answers "
+                                                 f"{rescued} of {tried})" if tried else ""))
+    h = paired["hit_rate"]
+    if h["n"]:
+        lines.append(f"Hit rate: {mode} made the answer's rows exact for {h['hits']} of {h['n']} answers in the bulk "
+                     f"({pct(h['hits'] / h['n'])})")
+    return "\n".join(lines)

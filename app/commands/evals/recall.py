@@ -12,7 +12,9 @@ from backend.evals.compare import accuracy, by_condition, compare, recall_record
 from backend.evals.needles import VARIANTS
 from backend.evals.recall import run_recall
 from backend.ridgefill.defaults import DEFAULT_MODE
-from backend.evals.report import accuracy_table, comparison_text
+from backend.evals.document_questions import QUESTION_SETS, paired_questions
+from backend.evals.report import accuracy_table, comparison_text, questions_text
+from backend.protocol import RIDGEFILL_MODES
 
 
 def register(sub) -> None:
@@ -21,9 +23,11 @@ def register(sub) -> None:
     p.add_argument("--depths", type=float_list, default=[0.1, 0.3, 0.5], help="needle depths (0..1), e.g. 0.1,0.5")
     p.add_argument("--variants", type=str_list, default=["single"], help=f"comma-separated: {','.join(VARIANTS)}")
     p.add_argument("--haystack", default="filler",
-                   help="filler (default), corpus, ledger, a text file, or licences (questions about real licence texts)")
+                   help="filler (default), corpus, ledger, a text file, licences (questions about real licence texts) "
+                        "or realqa (questions about real READMEs and FAQs)")
     add_split_tail(p)
-    p.add_argument("--modes", type=str_list, default=["off", DEFAULT_MODE], help=f"modes to run (default off,{DEFAULT_MODE})")
+    p.add_argument("--modes", type=str_list, default=["off", DEFAULT_MODE], help=f"modes to run (default off,{DEFAULT_MODE}); guided+answer: guided with the asked "
+                   "answer's rows made exact too (an oracle)")
     p.add_argument("--reps", type=int, default=1, help="items per length/depth/variant (different keys and values)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")
@@ -49,6 +53,10 @@ def run(args) -> int:
 
     results = run_recall(engine, items, args.modes, split, tail, args.out, on_progress=progress)
     print_summary(results, args.json)
+    if args.haystack in QUESTION_SETS and not args.json:
+        for mode in (m for m in args.modes if m in RIDGEFILL_MODES):
+            print(f"\nExact against {mode} on the {args.haystack} questions, paired:")
+            print(questions_text(paired_questions(results, args.haystack, mode), mode))
     return 0
 
 
