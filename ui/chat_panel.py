@@ -9,7 +9,6 @@ showing an answer's sources in the pane, are ui/chat_documents.py's.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
