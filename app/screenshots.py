@@ -185,8 +185,10 @@ def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "160
         return 0
     window = _open_window(app, model, split)
     if scene == "sources":
-        _sources(app, window, path, doc_paths, questions, max_tokens)
-        window.close()
+        try:
+            _sources(app, window, path, doc_paths, questions, max_tokens)
+        finally:  # also when it stops early: the engine process ends with the window
+            window.close()
         return 0
     if scene == "chat":
         _attach(app, window, _document(doc_path, doc_chars), compare=True)
