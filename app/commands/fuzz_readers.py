@@ -18,7 +18,7 @@ GGUF_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h
               "f64": (12, "<d")}
 STRING, ARRAY = 8, 9
 EDGES = [0, 1, 2, 3, 4, 5, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
-INPUT_S = 10  # an input still running after this many seconds is a Hang finding
+INPUT_S = 10  # an input past this many CPU seconds is a Hang (CPU: a loaded machine's pauses are not hangs)
 
 
 # --- GGUF bytes ---------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2
 # --- the readers and what each may answer --------------------------------------------------------
 
 class Hang(Exception):
-    """An input still running after its seconds (raised inside the reader by SIGALRM): a finding."""
+    """An input past its CPU seconds (raised inside the reader by SIGPROF): a finding."""
 
 
 class OutOfTime(BaseException):
@@ -359,7 +359,7 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minu
     def one(data) -> None:
         started = time.perf_counter()
         try:
-            signal.setitimer(signal.ITIMER_REAL, input_s)
+            signal.setitimer(signal.ITIMER_PROF, input_s)
             outcome = check(data, work)
         except Exception as exc:  # a finding: recorded with its input, the run goes on
             found = stats["findings"].setdefault(finding_key(exc), {"count": 0, "message": str(exc)[:200],
@@ -367,7 +367,7 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minu
             found["count"] += 1
             outcome = "finding"
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
             for p in work.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         stats["inputs"] += 1
@@ -391,13 +391,13 @@ def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minu
                   f"{sum(f['count'] for f in stats['findings'].values())} findings, peak RSS {peak_rss_mb():,.0f} MB",
                   flush=True)
 
-    previous = signal.signal(signal.SIGALRM, _hang)
+    previous = signal.signal(signal.SIGPROF, _hang)
     try:
         some()
     except OutOfTime:
         stats["out_of_time"] = True
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous)
         shutil.rmtree(work, ignore_errors=True)
     return {**stats, "distinct": len(seen)}
 
@@ -443,7 +443,7 @@ def run(args) -> int:
         print(f"{name}: {stats['inputs']:,} inputs ({stats['distinct']:,} distinct) in "
               f"{time.perf_counter() - started:,.0f} s ({outcomes}); "
               f"{sum(f['count'] for f in stats['findings'].values()):,} unhandled exceptions; "
-              f"slowest input {stats['slowest_s'] * 1000:,.0f} ms (a hang: over {INPUT_S} s); peak RSS so far "
+              f"slowest input {stats['slowest_s'] * 1000:,.0f} ms (a hang: over {INPUT_S} s of CPU); peak RSS so far "
               f"{peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""), flush=True)
         for key, f in stats["findings"].items():
             print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
