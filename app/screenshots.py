@@ -41,12 +41,12 @@ def _open_window(app, model: str | None = None, split: int | None = None):
     window.resize(1500, 940)
     window.show()
     _log(f"window shown after {time.monotonic() - t_start:.1f} s")
-    _wait(app, lambda: window.service.info is not None, 180, "the engine")
+    _wait(app, lambda: window.service.info is not None, 600, "the engine")  # a loaded machine: minutes
     _log(f"engine ready after {time.monotonic() - t_start:.1f} s: {window.engine_label.text()}")
     if split is not None:
         window.controls.slider.setValue(split)
         _wait(app, lambda: not window.controls._settle.isActive(), 10, "the split to settle")
-    _wait(app, lambda: window._maps_task is None, 120, "the maps check")
+    _wait(app, lambda: window._maps_task is None, 600, "the maps check")
     _log(f"maps: {window.controls.maps_label.text()} {window.controls.maps_reasons.text()[:200]}")
     window.new_conversation()
     return window
