@@ -56,6 +56,26 @@ def test_a_line_break_ends_a_sentence_only_where_the_rule_says():
     assert sentence_ends(wrapped, "wrap")[7] == 9  # none after: the last row
 
 
+def test_a_place_reaches_back_to_its_sentences_start_within_its_bounds():
+    from backend.ridgefill.guided import sentence_starts
+
+    pieces = ["Tools", ".", " The", " OpenPGP", " standard", " is", " defined", " by", " RFC", "4880", ".", " Next"]
+    assert sentence_starts(pieces) == [0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 11]
+    peak = torch.zeros(len(pieces))
+    peak[9] = 1.0  # the answer's row
+    ends = [len(pieces) - 1] * len(pieces)
+
+    def rows(**kw):
+        p = GuidedParams(peaks=1, also_peaks=0, head=0, forward=1, **kw)
+        runs = select(list(range(len(pieces))), peak, len(pieces), p, 512, ends, starts=sentence_starts(pieces))
+        return [q for r in runs for q in range(r.start, r.end)]
+
+    assert rows(back=32, back_min=2) == list(range(2, 11))  # from "The": the question's words are exact too
+    assert rows(back=4, back_min=2) == list(range(5, 11))  # at most `back`
+    assert rows(back=32, back_min=8) == list(range(1, 11))  # at least `back_min`, across the sentence's start
+    assert rows(back=4, back_min=4) == list(range(5, 11))  # back_min == back: the fixed rows, as before
+
+
 def test_the_contrast_question_takes_off_what_every_question_looks_at():
     """A 'magnet' row draws every question's attention (a structural head); the asked row draws only this
     question's, and less of it. Scores as they are pick the magnet; minus the contrast question's, the

@@ -16,7 +16,7 @@ from backend.ridgefill.maps import MapsMissing, MapsRefused
 from backend.ridgefill.plan import RidgeFillPlan, plan_prefill, plan_ridgefill, refusal
 
 N_LAYER = 30
-SPLIT = 12  # SmolLM2's measured split (defaults.MEASURED_SPLITS), the default of the fake model below
+SPLIT = 18  # SmolLM2's measured split (defaults.MEASURED_SPLITS), the default of the fake model below
 LONG = 4000  # tokens: bulk rows to spare at any tail used here
 
 
@@ -30,7 +30,7 @@ def _info(architecture: str = "llama", n_layer: int = N_LAYER, n_embd: int = 576
 class FakeMaps:
     split: int = SPLIT
     layers: tuple = tuple(range(SPLIT + 1, N_LAYER))
-    folder: str = "fake-s12"
+    folder: str = "fake-s18"
     warnings: list = field(default_factory=list)
 
 
@@ -166,8 +166,8 @@ def test_maps_for_another_split_run_exact():
     eng = FakeEngine()
     other = FakeMaps(split=9, layers=tuple(range(10, N_LAYER)))
     assert "the maps are for split 9" in _exact_note(plan_ridgefill(eng, LONG, "speed", SPLIT, 64, maps=other))
-    wrong_layers = FakeMaps(layers=tuple(range(SPLIT + 2, N_LAYER)))  # says split 12, lacks layer 13
-    assert "not split 12" in _exact_note(plan_ridgefill(eng, LONG, "speed", SPLIT, 64, maps=wrong_layers))
+    wrong_layers = FakeMaps(layers=tuple(range(SPLIT + 2, N_LAYER)))  # says split 18, lacks layer 19
+    assert f"not split {SPLIT}" in _exact_note(plan_ridgefill(eng, LONG, "speed", SPLIT, 64, maps=wrong_layers))
 
 
 def test_a_plan_carries_its_maps_tag_and_warnings():
@@ -175,7 +175,7 @@ def test_a_plan_carries_its_maps_tag_and_warnings():
     eng = FakeEngine(ridgefill=FakeRuntime(found=maps))
     plan = plan_ridgefill(eng, LONG, "quality", SPLIT, 128, share=0.25)
     assert (plan.mode, plan.split, plan.tail, plan.share) == ("quality", SPLIT, 128, 0.25)
-    assert plan.maps is maps and plan.tag == "s12:fake-s12" and plan.warnings == ["made for another quantisation"]
+    assert plan.maps is maps and plan.tag == "s18:fake-s18" and plan.warnings == ["made for another quantisation"]
     assert plan.warnings is not maps.warnings  # the plan's own list
 
 

@@ -35,12 +35,17 @@ class GuidedParams:
     # 7, which holds its retrieval heads (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
     layers: tuple[float, ...] = (0.24,)
     pool: int = 5  # average-pooling kernel over neighbouring rows
-    back: int = 4  # rows taken before a selected row
+    # rows taken before a selected row: back to its sentence's start, at least back_min and at most back
+    # rows (a fixed 4 lost real questions whose answer's rows were exact: the question's own words before
+    # them were not; docs/MEASUREMENTS.md#real-questions-about-real-documents)
+    back: int = 32
+    back_min: int = 4
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
-    # distinct places the question points to, made exact: fewer lost multivalue items
-    # (docs/MEASUREMENTS.md#places-8-not-4-or-6)
-    peaks: int = 8
-    budget: int = 256  # no place is taken once this many rows are (the last one is taken whole)
+    # distinct places the question points to, made exact: 8 lost fewer multivalue needles than 4 or 6
+    # (docs/MEASUREMENTS.md#places-8-not-4-or-6); 16, with twice the budget, fewer real questions
+    # (docs/MEASUREMENTS.md#real-questions-about-real-documents)
+    peaks: int = 16
+    budget: int = 512  # no place is taken once this many rows are (the last one is taken whole)
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
     # question's attention (docs/MEASUREMENTS.md#prompt-head-left-out).
     head: int = 64
@@ -85,6 +90,17 @@ def sentence_ends(pieces: list[str], newlines: str = "wrap") -> list[int]:
     for q in range(n - 1, -1, -1):
         next_end[q] = q if _ends_sentence(pieces, q, newlines) else next_end[q + 1]
     return [next_end[min(p + 2, n)] for p in range(n)]
+
+
+def sentence_starts(pieces: list[str], newlines: str = "wrap") -> list[int]:
+    """For each row p, the first row of its sentence: the row after the last one before p that ends a
+    sentence (by the rule of sentence_ends), or 0."""
+    starts, start = [], 0
+    for p in range(len(pieces)):
+        starts.append(start)
+        if _ends_sentence(pieces, p, newlines):
+            start = p + 1
+    return starts
 
 
 def _ends_sentence(pieces: list[str], q: int, newlines: str) -> bool:
@@ -203,7 +219,8 @@ def contrast_prompt(engine, tokens: list[int], window: int) -> list[int]:
 
 
 def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: GuidedParams, max_run: int,
-           ends: list[int] | None = None, also: torch.Tensor | None = None) -> list[Run]:
+           ends: list[int] | None = None, also: torch.Tensor | None = None,
+           starts: list[int] | None = None) -> list[Run]:
     """Peaks first: the best row not yet covered (from row `head` on), with `back` rows before it and the
     rows after it to the end of its sentence (`ends`, at most `forward`), until `peaks` places or
     `budget` rows; then `also_peaks` more places by the scores `also`, where given."""
@@ -221,7 +238,10 @@ def select(candidates: list[int], scores: torch.Tensor, bulk_end: int, params: G
             last = min(bulk_end - 1, p + params.forward)
             if ends is not None:
                 last = min(last, max(ends[p], p))
-            chosen.update(range(max(0, p - params.back), last + 1))
+            first = max(0, p - params.back)
+            if starts is not None:  # back to its sentence's start, at most `back` and at least `back_min` rows
+                first = max(first, min(starts[p], p - params.back_min))
+            chosen.update(range(max(0, first), last + 1))
             taken += 1
     return runs_of(chosen, max_run)
 
@@ -242,6 +262,8 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
             contrast = (other, probe_streams(engine, other, layers, params.window))
     with phases("score"):
         scores, own = score_rows(engine, rt, tokens, candidates, streams, params, contrast)
-        ends = sentence_ends([engine.token_text(t) for t in tokens[:bulk_end]], params.newlines)
-    runs = select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own)
+        pieces = [engine.token_text(t) for t in tokens[:bulk_end]]
+        ends = sentence_ends(pieces, params.newlines)
+        starts = sentence_starts(pieces, params.newlines) if params.back_min < params.back else None
+    runs = select(candidates, scores, bulk_end, params, engine.ubatch_rows, ends, also=own, starts=starts)
     return runs + runs_of(sorted(p for p in params.also_rows if p < bulk_end), engine.ubatch_rows)
