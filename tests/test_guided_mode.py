@@ -138,7 +138,7 @@ def exact_then_every_row_guided(engine, toks):
     ref = engine.last_logits()
     bulk = len(toks) - TAIL
     rep = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps(),
-                            guided=GuidedParams(budget=bulk, forward=bulk, back=bulk))
+                            guided=GuidedParams(budget=bulk, forward=bulk, back=bulk, back_min=bulk))
     return ref, bulk, rep
 
 
@@ -151,7 +151,7 @@ def test_guided_with_every_bulk_row_selected_equals_off(engine):
     assert engine.slot.record.approximated() == []
     assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance (see test_ridgefill_injection)
     few = ridgefill_prefill(engine, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())  # the default budget
-    assert 0 < few.exact_n < bulk // 4
+    assert 0 < few.exact_n < bulk // 2  # the default budget (512 rows) is a third of this bulk
     assert kl(ref, engine.last_logits()) > 0.1  # the control: most rows still from zero maps
 
 
@@ -174,12 +174,15 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
     first = doc + base[1600:1600 + TAIL] + engine.tokenize("\n\nWhat is the special magic number for owl? ",
                                                             add_special=False)
     maps = ZeroMaps()  # one instance: prefix reuse compares the maps that wrote the rows
-    rep1 = ridgefill_prefill(engine, first, "guided", SPLIT, TAIL, maps=maps)
+    # places few enough that the first question leaves the other fact approximated
+    few = GuidedParams(peaks=8, budget=256, back=4)
+    rep1 = ridgefill_prefill(engine, first, "guided", SPLIT, TAIL, maps=maps, guided=few)
     exact_after_first = set(range(len(first) - TAIL)) - set(engine.slot.record.approximated())
     assert rep1.exact_n == len(exact_after_first) > 0
     # the same question again on the same cache: what it points to is exact already (rows made exact
     # are scored too and fill the budget), so little or nothing is decoded again
-    again = ridgefill_prefill(engine, first + [first[-1]], "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
+    again = ridgefill_prefill(engine, first + [first[-1]], "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True,
+                              guided=few)
     print(f"first question: {rep1.exact_n} rows made exact; the same again: {again.exact_n}")
     assert again.cache_n == len(first) and again.exact_n < rep1.exact_n // 2
     # a follow-up about another fact (after the answer) re-decodes rows, none of them exact before
@@ -188,7 +191,7 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
     follow = first + engine.tokenize("4729185.\n\nThanks. What is the locker code for the blue gate? ",
                                      add_special=False)
     skips.clear()
-    rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True)
+    rep2 = ridgefill_prefill(engine, follow, "guided", SPLIT, TAIL, maps=maps, reuse_prefix=True, guided=few)
     assert rep2.cache_n == len(first) and rep2.bulk_n == 0 and rep2.exact_n > 0, rep2.note
     # its rows skip the layers below the split: the row record kept the first prefill's split streams
     assert skips and all(skips)
