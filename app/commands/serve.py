@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help=f"answer length of a request that gives none (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
-                   help=f"requests waiting or running at once; more get 503 (default {DEFAULT_MAX_QUEUE})")
+                   help=f"requests waiting or running at once; more get 429 (default {DEFAULT_MAX_QUEUE})")
     p.add_argument("--queue-timeout", type=float, default=DEFAULT_QUEUE_TIMEOUT_S, metavar="SECONDS",
                    help="a request the engine has not started on within this gets 503 (default "
                         f"{DEFAULT_QUEUE_TIMEOUT_S:.0f})")
