@@ -26,8 +26,10 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
     prefill, decided by the caller (an eval's oracle); None: plan_prefill decides from the request."""
     t_start = time.perf_counter()
     tokens = engine.prompt_tokens(request)
+    # the sources' probe decodes its rows beside the prompt and the answer: room for them too
+    probe_rows = _source_probe_rows() if request.documents else 0
     try:
-        engine.make_room(len(tokens), request.max_tokens)
+        engine.make_room(len(tokens), request.max_tokens + probe_rows)
     except DocumentTooLongError as exc:
         from .hub.context_fit import with_advice
 
@@ -62,3 +64,9 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
         sources = find_sources(engine, tokens, request.documents, timings)
     return CompletionResult(text=answer.text, finish_reason=answer.finish_reason, timings=timings,
                             prompt_tokens=len(tokens), tokens=answer.tokens, sources=sources)
+
+
+def _source_probe_rows() -> int:
+    from .sources import PROBE_ROWS
+
+    return PROBE_ROWS

@@ -36,6 +36,7 @@ from .ridgefill.stream_capture import StreamTap
 log = logging.getLogger(__name__)
 
 MAX_SOURCES = 3
+PROBE_ROWS = GUIDED.window  # cells the probe takes beside the prompt and its answer (completion.py makes room)
 BACK_ROWS = GUIDED.back_min  # a place starts this many rows before its best row (the key before the value)
 PASSAGE_CHARS = 400  # a passage longer than this (a long sentence) is cut around its place
 # A shorter one takes the sentences after it too: a question in a FAQ, a key before its value, a heading
