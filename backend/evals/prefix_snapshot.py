@@ -17,7 +17,7 @@ of the full prompt sees: the answer is the fresh run's, token for token (tests/t
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..completion import complete
 from ..protocol import CompletionRequest, CompletionResult
@@ -33,7 +33,6 @@ MAX_BYTES = 3 << 30
 
 @dataclass
 class _Saved:
-    n_rows: int
     state: bytearray
     record: RowRecord
 
@@ -87,10 +86,8 @@ class PrefixSnapshots:
             prefill_bulk(self.engine, plan, shared)
         else:
             slot.prefill(shared, reuse_prefix=False)
-        return _Saved(len(shared), slot.state_bytes(), copy.deepcopy(slot.record))
+        return _Saved(slot.state_bytes(), copy.deepcopy(slot.record))
 
 
 def _fresh(request: CompletionRequest, reuse_prefix: bool) -> CompletionRequest:
-    from dataclasses import replace
-
     return replace(request, reuse_prefix=reuse_prefix)
