@@ -191,7 +191,7 @@ def test_a_binary_file_named_html_is_refused(tmp_path):
 
 def test_every_format_read_is_offered_by_the_window():
     pytest.importorskip("PySide6")
-    from ui.chat_panel import DOC_FILTER, DOC_SUFFIXES
+    from ui.chat_documents import DOC_FILTER, DOC_SUFFIXES
 
     assert {".pdf", ".docx", ".html", ".htm", ".epub", ".odt", ".txt", ".md"} <= set(DOCUMENT_SUFFIXES)
     for suffix in DOCUMENT_SUFFIXES:

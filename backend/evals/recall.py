@@ -156,13 +156,13 @@ class SharedDocuments:
             if item.document is not None:
                 groups.setdefault(item.document, []).append(item)
         t = tail_or_default(engine.info, tail)
-        self._rows = {}
+        self._shared_n = {}
         for group in groups.values():
             n = shared_rows(engine, [engine.prompt_tokens(i.request()) for i in group], t) if len(group) > 1 else 0
-            self._rows.update({i.id: n for i in group})
+            self._shared_n.update({i.id: n for i in group})
 
     def rows(self, item: NeedleItem) -> int:
-        return self._rows.get(item.id, 0)
+        return self._shared_n.get(item.id, 0)
 
 
 def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | None, tail: int | None,
