@@ -17,7 +17,7 @@ instead of at their true positions: only the layers below the scoring layer see 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -252,6 +252,10 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
     count towards the budget, so a question asked again selects what is already exact."""
     if not engine.slot.record.approximated(0, bulk_end):
         return []
+    # the re-decode's rows take cells beside the bulk's until they replace them: a full context takes fewer
+    room = engine.n_ctx - bulk_end - params.back - params.forward - 1
+    if room < params.budget:
+        params = replace(params, budget=max(0, room))
     candidates = engine.slot.record.with_cells(0, bulk_end)
     layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.swa_layers)
     with phases("probe"):
