@@ -252,10 +252,11 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
     count towards the budget, so a question asked again selects what is already exact."""
     if not engine.slot.record.approximated(0, bulk_end):
         return []
-    # the re-decode's rows take cells beside the bulk's until they replace them: a full context takes fewer
-    room = engine.n_ctx - bulk_end - params.back - params.forward - 1
-    if room < params.budget:
-        params = replace(params, budget=max(0, room))
+    # the re-decode's rows take cells beside the bulk's until they replace them (up to a ubatch a call): a
+    # nearly full context takes fewer, keeping room for the last place whole
+    free = engine.n_ctx - bulk_end
+    if free < min(params.budget, engine.ubatch_rows):
+        params = replace(params, budget=max(0, free - min(params.back + params.forward + 1, free // 2)))
     candidates = engine.slot.record.with_cells(0, bulk_end)
     layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.swa_layers)
     with phases("probe"):
