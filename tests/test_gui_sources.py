@@ -8,35 +8,11 @@ pytest.importorskip("pytestqt")
 
 from app.conversations import Conversation, Document  # noqa: E402
 from backend.corpus import corpus_texts  # noqa: E402
-from tests.gui_helpers import make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
+from tests.gui_helpers import make_window, wait_count, wait_idle  # noqa: E402
+# the chat tests' fixtures: a home folder, one engine process for this module, a window on it
+from tests.test_gui_chat import home, service, window  # noqa: E402,F401
 
 FACT = "The lighthouse keeper of Port Ellis is named Marta Quillfeather."
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    path = tmp_path_factory.mktemp("rfhome")
-    mp.setenv("RIDGEFILL_HOME", str(path))
-    yield path
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
-def service(qapp, home, model_path):
-    svc = start_service(model_path, n_ctx=2048, n_batch=128)
-    yield svc
-    svc.shutdown()
-
-
-@pytest.fixture
-def window(qtbot, service):
-    wait_ready(qtbot, service)
-    w = make_window(qtbot, service)
-    w.controls.toggle.setChecked(False)
-    w.controls.compare.setChecked(False)
-    w.new_conversation()
-    return w
 
 
 def write(path, text: str):
