@@ -366,3 +366,30 @@ def test_rows_made_exact_skip_the_lower_layers_and_give_the_graph_its_ops_back(e
           f"{skips[0][2]} nodes parked; KL {kl(ref, engine.last_logits()):.4f}")
     assert errors[5] < 1e-3 and errors[25] < 0.1
     assert kl(ref, engine.last_logits()) < 1e-2  # plumb's tolerance
+
+
+def test_a_prompt_that_nearly_fills_the_context_makes_fewer_rows_exact_and_runs(model_path):
+    """guided's room cap (guided_runs): rows made exact take cells beside the bulk's until they replace them,
+    so with fewer free cells than a ubatch the budget shrinks to what fits (an 8,000-token prompt in an
+    8,192 context failed in llama_decode before the cap). Here a prompt a few dozen tokens short of a
+    1,536-token context, the default budget of 512 rows and a 512-row ubatch."""
+    from backend.engine import Engine, EngineConfig
+    from backend.ridgefill.guided import DEFAULT
+
+    tail = 64
+    eng = Engine(EngineConfig(model_path, n_ctx=1536, n_batch=512, n_ubatch=512))
+    try:
+        toks = induction_prompt(eng, eng.n_ctx - 80)  # its question phrase brings it to ~60 short of n_ctx
+        bulk = len(toks) - tail
+        free = eng.n_ctx - bulk
+        assert eng.n_ctx - 100 < len(toks) < eng.n_ctx - 16 and free < min(DEFAULT.budget, eng.ubatch_rows)
+        rep = ridgefill_prefill(eng, toks, "guided", SPLIT, tail, maps=ZeroMaps())
+        assert rep.mode == "guided" and not rep.note and 0 < rep.exact_n <= free, rep.note
+        made_exact = sorted(set(range(bulk)) - set(eng.slot.record.approximated()))
+        assert len(made_exact) == rep.exact_n
+        cells = eng.slot.record.cells(made_exact)
+        assert 0 <= min(cells) and max(cells) < eng.n_ctx and len(set(cells)) == len(made_exact)  # they fit
+        assert seq_range(eng, 0) == (0, len(toks) - 1) and others_empty(eng)
+        assert np.isfinite(eng.last_logits()).all()
+    finally:
+        eng.close()
