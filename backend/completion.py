@@ -62,8 +62,13 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
         from .sources import find_sources
 
         sources = find_sources(engine, tokens, request.documents, timings)
+    spans = []
+    if request.documents and answer.finish_reason != "cancelled":  # read from the row record: no decode
+        from .exact_spans import exact_spans
+
+        spans = exact_spans(engine, tokens, request.documents)
     return CompletionResult(text=answer.text, finish_reason=answer.finish_reason, timings=timings,
-                            prompt_tokens=len(tokens), tokens=answer.tokens, sources=sources)
+                            prompt_tokens=len(tokens), tokens=answer.tokens, sources=sources, exact_spans=spans)
 
 
 def _source_probe_rows() -> int:

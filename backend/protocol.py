@@ -80,6 +80,9 @@ class CompletionResult:
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
     sources: list = field(default_factory=list)  # backend.sources.Source: where the answer looked, best first
+    # backend.exact_spans.ExactSpan: the document text whose rows are exact after an approximating run (none
+    # when every row is): what RidgeFill looked at, shaded in the GUI
+    exact_spans: list = field(default_factory=list)
 
 
 @dataclass
