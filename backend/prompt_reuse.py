@@ -8,8 +8,9 @@ the reason in the timings note. `save_rows` writes sequence 0 and its row record
 sliding-window model, only once every row is exact: see _windows_lost).
 
 After a state load the cells are where llama.cpp put them: each row's cell is derived from the state's
-cell order (seq_state.StateLayout.cells_after_load), never taken from the saved record, and checked
-against the first layer's K rows in the live cache where RidgeFill will read cells.
+cell order (seq_state.StateLayout.cells_after_load: on a sliding-window model, the global cache's, whose
+layers the sources read), never taken from the saved record, and checked against that cache's first
+layer's K rows in the live cache where RidgeFill will read cells.
 """
 from __future__ import annotations
 
@@ -158,11 +159,29 @@ def _cells_disagree(engine: Engine, loaded, cells, rows: RowRecord) -> str:
     rt = runtime(engine)
     if rt.layout is None:
         return ""
-    live = rt.layout.layers[0].k_cache.rows().view(np.uint8)
-    saved = loaded.layout.k0_rows(loaded.state)
-    if live.shape[1] != saved.shape[1] or not np.array_equal(live[cells[loaded.layout.sections[0].positions]], saved):
+    state = loaded.layout
+    i = state.full_section()
+    il = _first_layer_of(rt, state, i)
+    if il is None:
+        return f"the state's {len(state.sections)} caches do not match the model's layers"
+    live = rt.layout.layers[il].k_cache.rows().view(np.uint8)
+    saved = state.k0_rows(loaded.state, i)
+    if live.shape[1] != saved.shape[1] or not np.array_equal(live[cells[state.sections[i].positions]], saved):
         return "the row record's cells disagree with the state llama.cpp loaded"
     return ""
+
+
+def _first_layer_of(rt, state, i: int) -> int | None:
+    """The live layer whose K rows section `i` of the state begins with: llama.cpp writes one cache of
+    every layer, or the global layers' cache and then the sliding-window layers' (llama_kv_cache_iswa)."""
+    layers = sorted(rt.layout.layers)
+    if len(state.sections) == 1:
+        groups = [layers]
+    else:
+        groups = [[il for il in layers if il not in rt.swa_layers], [il for il in layers if il in rt.swa_layers]]
+    if len(groups) != len(state.sections) or not groups[i] or len(groups[i]) != state.sections[i].n_layer:
+        return None
+    return groups[i][0]
 
 
 def covers(new: dict, old: dict) -> bool:

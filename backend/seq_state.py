@@ -8,7 +8,8 @@ interpreted); then per KV cache (two for a model with sliding-window layers):
   u32 u32   V transposed (0 with flash attention), layer count
   per layer: i32 K type, u64 K row bytes, the K rows of every cell in cell order
   per layer: i32 V type, u64 V row bytes, the V rows (not transposed)
-Loaded into an empty cache, llama.cpp puts the cells back in that order from cell 0 (`cells_after_load`).
+Loaded into an empty cache, llama.cpp puts each cache's cells back in that order from cell 0 (`cells_after_load`:
+the cells of the cache that holds every row, the global one on a sliding-window model).
 """
 from __future__ import annotations
 
@@ -42,19 +43,30 @@ class StateLayout:
     def n_rows(self) -> int:
         return len(self.sections[0].positions)
 
-    def k0_rows(self, blob: bytes) -> np.ndarray:
-        """The first cache's first layer's K rows of every saved cell, (cells, row bytes) uint8, in cell order."""
-        sec = self.sections[0]
+    def full_section(self) -> int | None:
+        """The index of the first section holding every position 0..n-1 once (the global cache: llama.cpp
+        writes it before the sliding-window one, which holds the last window only); None if none does."""
+        whole = np.arange(self.n_rows)
+        for i, sec in enumerate(self.sections):
+            if len(sec.positions) == self.n_rows and np.array_equal(np.sort(sec.positions), whole):
+                return i
+        return None
+
+    def k0_rows(self, blob: bytes, section: int = 0) -> np.ndarray:
+        """A section's first layer's K rows of every saved cell, (cells, row bytes) uint8, in cell order."""
+        sec = self.sections[section]
         n = len(sec.positions)
         return np.frombuffer(blob, dtype=np.uint8, count=n * sec.k0_row_bytes,
                              offset=sec.k0_offset).reshape(n, sec.k0_row_bytes)
 
     def cells_after_load(self) -> np.ndarray | None:
-        """Per position 0..n-1: the cell it lands in when loaded into an empty cache; None for a state of
-        several caches (whose cells RidgeFill does not use: sliding-window models run speed only)."""
-        if len(self.sections) != 1:
+        """Per position 0..n-1: the cell it lands in when loaded into an empty cache, in the cache of
+        `full_section` (each cache is filled from cell 0 in its section's order); None when no section
+        holds every position."""
+        i = self.full_section()
+        if i is None:
             return None
-        positions = self.sections[0].positions
+        positions = self.sections[i].positions
         cells = np.empty(len(positions), dtype=np.int64)
         cells[positions] = np.arange(len(positions))
         return cells
