@@ -25,7 +25,7 @@ def small_bulk(monkeypatch):
     monkeypatch.setattr("backend.ridgefill.plan.MIN_BULK", 256)
 
 
-def needles_doc(chars: int = 2400) -> DocumentText:
+def needles_doc(chars: int = 1800) -> DocumentText:
     """Paragraphs of the shipped corpus with the three facts at a quarter, a half and three quarters."""
     paras = [p for p in corpus_texts()[0][:chars].split("\n\n") if p.strip()]
     q = len(paras) // 4

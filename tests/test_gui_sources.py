@@ -193,3 +193,106 @@ def test_chips_wrap_in_a_narrow_chat_instead_of_widening_it(qtbot):
     assert view.horizontalScrollBar().maximum() == 0, "the chips widened the chat"
     assert len({c.y() for c in chips}) > 1 and all(c.geometry().right() <= answer.chips.width() for c in chips)
     assert answer.chips.geometry().bottom() <= answer.height()  # the message grew to hold every row
+
+
+def utf16(text: str, offset: int) -> int:
+    """Where character `offset` is in UTF-16 units, as Qt counts (these texts have no CRLF)."""
+    return len(text[:offset].encode("utf-16-le")) // 2
+
+
+def test_the_pane_shades_the_text_made_exact_under_the_source_and_says_what_it_is(qtbot):
+    from ui.document_pane import EXACT_LEGEND, EXACT_MARK, MARK_KIND, SOURCE_MARK, DocumentPane
+
+    text = "Emoji 😀 first.\r\nThen 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 words.\r\n\r\nThe passage we want is here. And after."
+    odd = [(text.index("𝔘"), text.index(" words")), (text.index("The passage"), len(text))]
+    spans = [{"document": "odd.txt", "start": a, "end": b} for a, b in odd] + [
+        {"document": "other.txt", "start": 0, "end": 1}]
+    source = {"document": "odd.txt", "page": None, "start": text.index("The passage"), "end": text.index(" And")}
+    pane = DocumentPane()
+    qtbot.addWidget(pane)
+    pane.set_documents([Document("other.txt", "x"), Document("odd.txt", text)])
+    assert pane.show_source(source, spans)
+    assert [m.cursor.selectedText() for m in pane.marks(EXACT_MARK)] == [text[a:b] for a, b in odd]
+    marks = pane.view.extraSelections()
+    assert marks[-1].format.property(MARK_KIND) == SOURCE_MARK  # drawn last: over the shading
+    assert pane.highlighted_text() == text[source["start"]:source["end"]] == pane.selected_text()
+    shade, mark = marks[0].format.background().color(), marks[-1].format.background().color()
+    assert shade != mark and shade.lightnessF() != mark.lightnessF()
+    assert not pane.legend.isHidden() and EXACT_LEGEND in pane.legend.text() and "2 spans" in pane.legend.text()
+    assert "made exact" in pane.legend.toolTip()
+    pane.show_document(0)  # the other document: its own span, no passage
+    assert [m.cursor.selectedText() for m in pane.marks(EXACT_MARK)] == ["x"] and not pane.marks(SOURCE_MARK)
+    pane.set_exact_spans([])  # an answer with none (an exact run): no shading, no legend
+    assert not pane.marks(EXACT_MARK) and pane.legend.isHidden()
+
+
+def contrast(a, b) -> float:
+    """The WCAG contrast ratio of two colours."""
+    def lum(c):
+        ch = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in (c.redF(), c.greenF(), c.blueF())]
+        return 0.2126 * ch[0] + 0.7152 * ch[1] + 0.0722 * ch[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("base, ink, accent", [("#ffffff", "#000000", "#308cc6"),  # Fusion's light
+                                               ("#2b2b2b", "#f0f0f0", "#2a82da")])  # a common dark palette
+def test_the_exact_shade_shows_on_a_light_and_a_dark_palette_and_keeps_the_text_readable(qtbot, base, ink, accent):
+    from PySide6.QtGui import QColor, QPalette
+
+    from ui.document_pane import EXACT_MARK, DocumentPane
+
+    pane = DocumentPane()
+    qtbot.addWidget(pane)
+    pane.set_documents([Document("a.txt", "Some text made exact.")])
+    pane.set_exact_spans([{"document": "a.txt", "start": 5, "end": 9}])
+    palette = QPalette(pane.palette())
+    for role, colour in ((QPalette.Base, base), (QPalette.Text, ink), (QPalette.Highlight, accent)):
+        palette.setColor(role, QColor(colour))
+    pane.setPalette(palette)  # the palette changes while a document is shown: the shade follows it
+    (mark,) = pane.marks(EXACT_MARK)
+    shade = mark.format.background().color()
+    assert contrast(shade, QColor(base)) >= 1.25, f"the shade {shade.name()} hardly shows on {base}"
+    assert contrast(shade, QColor(ink)) >= 4.5, f"the text {ink} is hard to read on the shade {shade.name()}"
+    assert shade.name() in pane.legend.text()  # the legend's swatch is the shade itself
+
+
+def test_a_guided_answer_shades_what_ridgefill_made_exact_beside_its_sources(qtbot, window, tmp_path, monkeypatch):
+    """A real guided answer in the engine process: its spans cross to the window, and a chip's click shades
+    them at their UTF-16 positions in a text with characters outside the BMP."""
+    from PySide6.QtCore import Qt
+
+    from ui.document_pane import EXACT_MARK
+
+    paras = [p for p in corpus_texts()[0][:5200].split("\n\n") if p.strip()]  # ~1,250 tokens: guided runs
+    doc = write(tmp_path / "long.txt", "\n\n".join(["Notes on 𝔎𝔢𝔩𝔡𝔢𝔯𝔴𝔦𝔠𝔨 😀."] + paras[:6] + [FACT] + paras[6:]))
+    results = []
+    submit = window.chat.service.submit
+
+    def spy(kind, payload=None, **kw):
+        if getattr(payload, "stop_loops", False):  # the answer's request: keep its result too
+            done = kw["on_done"]
+            kw["on_done"] = lambda res: (results.append(res), done(res))
+        return submit(kind, payload, **kw)
+
+    monkeypatch.setattr(window.chat.service, "submit", spy)
+    window.controls.toggle.setChecked(True)
+    window.controls.mode_box.setCurrentIndex(window.controls.mode_box.findData("guided"))
+    assert window.chat.attach_document(doc)
+    window.chat.input.setPlainText("Who is the lighthouse keeper of Port Ellis?")
+    assert window.chat.send()
+    wait_idle(qtbot, window, 600)
+    res = results[-1]
+    assert res.timings.mode == "guided" and res.exact_spans and res.sources, res.timings.note
+    spans = [s.as_dict() for s in res.exact_spans]
+    text = window.chat.conv.documents[0].text
+    assert any(utf16(text, s["start"]) != s["start"] for s in spans)  # the positions differ from the offsets
+    chips = window.chat.sources_chips(window.chat.conv.messages[-1].sources, spans)
+    qtbot.mouseClick(chips.chips[0], Qt.LeftButton)
+    pane = window.chat.pane
+    shaded = pane.marks(EXACT_MARK)
+    assert [(m.cursor.selectionStart(), m.cursor.selectionEnd()) for m in shaded] == [
+        (utf16(text, s["start"]), utf16(text, s["end"])) for s in spans]
+    assert [m.cursor.selectedText().replace("\u2029", "\n") for m in shaded] == [text[s["start"]:s["end"]] for s in spans]
+    top = res.sources[0]
+    assert pane.highlighted_text() == text[top.start:top.end] and not pane.legend.isHidden()

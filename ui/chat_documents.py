@@ -99,16 +99,22 @@ class ChatDocuments:
         self.pane.set_documents(docs)
         self.pane.setVisible(bool(docs))
 
-    def sources_chips(self, sources: list[dict]) -> SourceChips:
-        chips = SourceChips(sources, self.conv.documents)
-        chips.chosen.connect(self.show_source)
+    def sources_chips(self, sources: list[dict], exact_spans: list[dict] | None = None) -> SourceChips:
+        """The answer's chips; a click shows the source over that answer's text made exact (`exact_spans`)."""
+        chips = SourceChips(sources, self.conv.documents, exact_spans=exact_spans)
+        chips.chosen.connect(lambda s, c=chips: self.show_source(s, c.exact_spans))
         chips.open_page.connect(self.pane.open_source_page)
         return chips
 
     @Slot(dict)
-    def show_source(self, source: dict) -> bool:
+    def show_source(self, source: dict, exact_spans: list[dict] | None = None) -> bool:
+        """Show the source's passage; `exact_spans` (its answer's) replace the shading, None keeps it."""
         self.pane.setVisible(True)
-        return self.pane.show_source(source)
+        return self.pane.show_source(source, exact_spans)
+
+    def show_exact_spans(self, exact_spans: list[dict] | None) -> None:
+        """Shade the latest answer's text made exact in the pane (None or []: no shading)."""
+        self.pane.set_exact_spans(exact_spans)
 
     def dragEnterEvent(self, e) -> None:
         if any(self._droppable(u.toLocalFile()) for u in e.mimeData().urls()):

@@ -1,13 +1,14 @@
 """The document pane: the chat's attached documents in a list (remove one there), the chosen one's text
 below, read-only; showing a source selects and highlights its passage, and a PDF's can be opened at its page.
+The text RidgeFill made exact for the answer (backend/exact_spans.py) is shaded in a lighter colour under it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from PySide6.QtCore import Qt, QUrl, Signal, Slot
-from PySide6.QtGui import QColor, QDesktopServices, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal, Slot
+from PySide6.QtGui import QColor, QDesktopServices, QPalette, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -22,6 +23,13 @@ from PySide6.QtWidgets import (
 from app.conversations import Document
 
 HIGHLIGHT = QColor("#fff59d")  # the passage a source points at
+HIGHLIGHT_TEXT = QColor("#000000")  # its text: a light palette's white text would vanish on the yellow
+EXACT_SHARE = 0.3  # how much of the palette's highlight colour goes into the base for the exact shade
+MARK_KIND = QTextFormat.UserProperty + 1  # on each extra selection's format: which kind of mark it is
+SOURCE_MARK, EXACT_MARK = "source", "exact"
+EXACT_LEGEND = "made exact by RidgeFill"
+EXACT_TIP = ("Shaded: the text whose rows RidgeFill made exact for this answer (the places the question "
+             "attended to, and the document's end when it reaches the exact tail); the rest was approximated.")
 NO_DOCUMENTS = "No document attached. Attach files or a folder; their text shows here."
 
 
@@ -30,6 +38,14 @@ def qt_position(text: str, offset: int) -> int:
     "\\r\\n" as one line break."""
     before = text[:offset]
     return len(before.encode("utf-16-le")) // 2 - before.count("\r\n")
+
+
+def exact_shade(palette: QPalette) -> QColor:
+    """The shade of text made exact: the palette's highlight mixed into its base, so it shows on a light and
+    a dark palette alike and the palette's text stays readable on it."""
+    base, accent = palette.color(QPalette.Base), palette.color(QPalette.Highlight)
+    mix = [b * (1 - EXACT_SHARE) + a * EXACT_SHARE for b, a in zip(base.getRgbF()[:3], accent.getRgbF()[:3])]
+    return QColor.fromRgbF(*mix)
 
 
 def page_url(path: str, page: int) -> QUrl:
@@ -51,6 +67,8 @@ class DocumentPane(QWidget):
         super().__init__(parent)
         self.documents: list[Document] = []
         self.source: dict | None = None  # the source shown last
+        self.exact_spans: list[dict] = []  # the answer's text made exact: {"document", "start", "end"}
+        self._marked: tuple[str, int, int] | None = None  # the highlighted passage: document, start, end
         self._shown = -1  # the index of the document whose text the view holds
         self.list = QListWidget()
         self.list.setMaximumHeight(96)
@@ -62,6 +80,9 @@ class DocumentPane(QWidget):
         self.where.setWordWrap(True)
         self.open_btn = QPushButton()
         self.open_btn.setVisible(False)
+        self.legend = QLabel()
+        self.legend.setToolTip(EXACT_TIP)
+        self.legend.setVisible(False)
         self.view = QPlainTextEdit()
         self.view.setReadOnly(True)
         row = QHBoxLayout()
@@ -72,6 +93,7 @@ class DocumentPane(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.list)
         lay.addLayout(row)
+        lay.addWidget(self.legend)
         lay.addWidget(self.view, 1)
         self.list.currentRowChanged.connect(self.show_document)
         self.remove_btn.clicked.connect(self._remove_current)
@@ -101,6 +123,7 @@ class DocumentPane(QWidget):
             self.view.setPlaceholderText(NO_DOCUMENTS)
             self.where.setText(NO_DOCUMENTS)
             self._show_open(None)
+            self._paint()
             return
         index = max(0, min(index, len(self.documents) - 1))
         if index != self._shown:
@@ -108,29 +131,32 @@ class DocumentPane(QWidget):
             self.view.setPlainText(self.documents[index].text)
             self.where.setText(document_line(self.documents[index]))
             self._show_open(None)
+            self._paint()
         if self.list.currentRow() != index:
             self.list.setCurrentRow(index)
 
-    def show_source(self, source: dict) -> bool:
-        """Scroll to the source's passage, select it and highlight it; False (and says so) when the chat no
-        longer holds its document."""
+    def set_exact_spans(self, spans: Sequence[dict] | None) -> None:
+        """Shade these spans (an answer's text made exact) wherever their document is shown; None or [] clears."""
+        self.exact_spans = [dict(s) for s in spans or ()]
+        self._paint()
+
+    def show_source(self, source: dict, exact_spans: Sequence[dict] | None = None) -> bool:
+        """Scroll to the source's passage, select it and highlight it, over `exact_spans` (its answer's text
+        made exact; None keeps the shading shown); False (and says so) when the chat no longer holds its
+        document."""
+        if exact_spans is not None:
+            self.exact_spans = [dict(s) for s in exact_spans]
         names = [d.name for d in self.documents]
         if source.get("document") not in names:
             self.where.setText(f"{source.get('document')} is no longer attached to this chat.")
+            self._paint()
             return False
         index = names.index(source["document"])
         self.show_document(index)
         text = self.documents[index].text
         start, end = (max(0, min(int(source.get(k, 0)), len(text))) for k in ("start", "end"))
-        cursor = QTextCursor(self.view.document())
-        cursor.setPosition(qt_position(text, start))
-        cursor.setPosition(qt_position(text, max(start, end)), QTextCursor.KeepAnchor)
-        mark = QTextEdit.ExtraSelection()
-        mark.cursor = cursor
-        fmt = QTextCharFormat()
-        fmt.setBackground(HIGHLIGHT)
-        mark.format = fmt
-        self.view.setExtraSelections([mark])
+        self._marked = (source["document"], start, max(start, end))
+        cursor = self._paint()
         self.view.setTextCursor(cursor)
         self.view.centerCursor()
         page = f", p. {source['page']}" if source.get("page") is not None else ""
@@ -143,8 +169,57 @@ class DocumentPane(QWidget):
         return self.view.textCursor().selectedText().replace("\u2029", "\n")
 
     def highlighted_text(self) -> str:
-        marks = self.view.extraSelections()
+        marks = self.marks(SOURCE_MARK)
         return marks[0].cursor.selectedText().replace("\u2029", "\n") if marks else ""
+
+    def marks(self, kind: str) -> list:
+        """The view's extra selections of one kind (SOURCE_MARK, EXACT_MARK), in text order."""
+        return [m for m in self.view.extraSelections() if m.format.property(MARK_KIND) == kind]
+
+    def _paint(self) -> QTextCursor | None:
+        """Lay the shown document's exact shading and, over it, the highlighted passage; the passage's cursor."""
+        if not 0 <= self._shown < len(self.documents):
+            self.view.setExtraSelections([])
+            self.legend.setVisible(False)
+            return None
+        doc = self.documents[self._shown]
+        shade = exact_shade(self.palette())
+        marks = [self._mark(self._cursor(doc.text, s["start"], s["end"]), EXACT_MARK, shade)
+                 for s in self.exact_spans if s.get("document") == doc.name]
+        self.legend.setText(f'<span style="background-color: {shade.name()}">&nbsp;&nbsp;&nbsp;&nbsp;</span> '
+                            f'{EXACT_LEGEND} ({len(marks)} {"span" if len(marks) == 1 else "spans"})')
+        self.legend.setVisible(bool(marks))
+        cursor = None
+        if self._marked is not None and self._marked[0] == doc.name:
+            cursor = self._cursor(doc.text, self._marked[1], self._marked[2])
+            marks.append(self._mark(cursor, SOURCE_MARK, HIGHLIGHT, HIGHLIGHT_TEXT))  # last: over the shading
+        self.view.setExtraSelections(marks)
+        return cursor
+
+    def _cursor(self, text: str, start: int, end: int) -> QTextCursor:
+        """A cursor selecting characters [start, end) of `text`, the view's document."""
+        start, end = (max(0, min(int(x), len(text))) for x in (start, end))
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(qt_position(text, start))
+        cursor.setPosition(qt_position(text, max(start, end)), QTextCursor.KeepAnchor)
+        return cursor
+
+    @staticmethod
+    def _mark(cursor: QTextCursor, kind: str, background: QColor, foreground=None):
+        mark = QTextEdit.ExtraSelection()
+        mark.cursor = cursor
+        fmt = QTextCharFormat()
+        fmt.setBackground(background)
+        if foreground is not None:
+            fmt.setForeground(foreground)
+        fmt.setProperty(MARK_KIND, kind)
+        mark.format = fmt
+        return mark
+
+    def changeEvent(self, event) -> None:
+        if event.type() == QEvent.PaletteChange:  # a light/dark switch: the shade follows the new palette
+            self._paint()
+        super().changeEvent(event)
 
     def page_to_open(self) -> QUrl | None:
         """The URL "Open at page" opens for the source shown last: a PDF whose file is known; else None."""

@@ -1,6 +1,7 @@
 """An answer's sources as chips under it: "p. 14" for a PDF page, "notes.txt ¶ 12" (the paragraph) else.
 
-A click asks to show the passage in the document pane; a PDF chip's menu also opens the file at its page.
+A click asks to show the passage in the document pane, with the text RidgeFill made exact for the answer
+shaded; a PDF chip's menu also opens the file at its page.
 """
 from __future__ import annotations
 
@@ -53,9 +54,11 @@ class SourceChips(QWidget):
     chosen = Signal(dict)  # the source to show in the document pane
     open_page = Signal(dict)  # a PDF source: open its file at its page
 
-    def __init__(self, sources: list[dict], documents: Sequence[Document], parent=None):
+    def __init__(self, sources: list[dict], documents: Sequence[Document], parent=None,
+                 exact_spans: Sequence[dict] | None = None):
         super().__init__(parent)
         self.sources = list(sources)
+        self.exact_spans = [dict(s) for s in exact_spans or ()]  # this answer's text made exact, for the pane
         self.chips: list[QPushButton] = []
         lay = FlowLayout(self)
         lay.setContentsMargins(0, 2, 0, 0)
@@ -64,6 +67,8 @@ class SourceChips(QWidget):
         self.setSizePolicy(policy)
         head = QLabel("Sources:")
         head.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
+        if self.exact_spans:
+            head.setToolTip("A click shows the passage; the shaded text beside it was made exact by RidgeFill.")
         lay.addWidget(head)
         several = len(documents) > 1
         for s in self.sources:
