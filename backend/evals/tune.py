@@ -7,21 +7,29 @@ for each candidate split S in ascending order:
   and then at S in the model's default mode (guided) with the same items
   (backend/evals/recall.py);
 - the TTFT ratio, exact / RidgeFill, on one prompt at `ttft_length` tokens (one run each, the exact
-  one shared by every candidate: a ratio to read to one decimal).
-**Keeps recall** (the decision rule): at most tolerance(n) = 1 + n // 24 items *lost* (right exact,
-wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell apart). A
-gain elsewhere does not pay for a loss (docs/MEASUREMENTS.md#tunes-items). The rule only decides when
-exact itself recalls at least half the items; otherwise the items say nothing about the maps and the
-split stays the model's default (the candidates are still measured and shown). The lowest candidate
-that keeps recall is chosen and the search stops there (higher splits approximate fewer layers); none
-keeping recall keeps the default too, and says so.
-**Which items**: 12 at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
+  one shared by every candidate: a ratio to read to one decimal);
+- real questions: a fixed subset of the `realqa` set (backend/evals/tune_items.py: 2 questions of each
+  of its 16 document parts), run exact once and at S when S kept the needles (each part's prefill shared
+  by its questions). Needles held at SmolLM2's old split 12 while it lost 30 of exact's 41 right real
+  answers (docs/MEASUREMENTS.md#real-questions-about-real-documents).
+**Keeps recall** (the decision rule): on needles, at most tolerance(n) = 1 + n // 24 items *lost* (right
+exact, wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell
+apart). A gain elsewhere does not pay for a loss (docs/MEASUREMENTS.md#tunes-items). The needle rule only
+decides when exact itself recalls at least half the items; otherwise the items say nothing about the
+maps and the split stays the model's default (the candidates are still measured and shown). On real
+questions, only the k that exact answers right count (exact gets most of them wrong): at most
+tolerance(k) of them lost, judged only when k >= MIN_REAL_RIGHT; with fewer the split is judged on
+needles alone, and the choice says so. The lowest candidate that keeps both is chosen and the search
+stops there (higher splits approximate fewer layers); none keeping both keeps the default too, and says so.
+**Which items**: 12 needles at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
 items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items). A model with a long
 context (trained on at least LONG_CONTEXT tokens, and an engine that holds LONG_LENGTH) is judged where
 it is used too: 6 more items at LONG_LENGTH tokens (both haystacks, single, three depths), the TTFT
-ratio is taken there, and the default budget is LONG_BUDGET_S.
+ratio is taken there, and the default budget is LONG_BUDGET_S. Real questions whose prompt does not fit
+the engine's context, or is too short for RidgeFill to run, are left out.
 The budget bounds the measuring time: a candidate is not started when the time spent plus its
-estimate (the slowest candidate so far; before any, the exact items' time) would pass it.
+estimate (the slowest needle step so far plus the slowest real-question step, exact's before any
+candidate's) would pass it.
 """
 from __future__ import annotations
 
@@ -34,9 +42,10 @@ from typing import Callable
 
 from ..completion import complete
 from ..errors import Cancelled, RidgeFillError
-from .haystacks import corpus_haystack, load_haystack
-from .needles import NeedleItem, build_item, make_items
-from .recall import effective_tail, run_recall
+from .haystacks import corpus_haystack
+from .needles import NeedleItem, build_item
+from .recall import run_recall
+from .tune_items import REAL_PER_PART, RealQuestions, bulk_items, real_counts, real_question_items
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +54,27 @@ DEFAULT_TTFT_LENGTH = 4096
 DEFAULT_DEPTHS = (0.15, 0.35, 0.55)
 DEFAULT_VARIANTS = ("single", "multikey")
 DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks = 12 items
-# Exact on the 12 items takes about 5.5 min on SmolLM2 (2 threads), a guided candidate about 2.5:
-# exact, S = 9 and S = 12 fit in 12 minutes.
-DEFAULT_BUDGET_S = 720.0
+# Exact on the 12 needles takes about 5.5 min on SmolLM2 (2 threads), on the 32 real questions about 3;
+# a guided candidate about 2.5 on needles, 3 more on real questions when the needles held: exact and three
+# candidates (9 losing needles, 12 and 15 holding them) fit in 25 minutes.
+DEFAULT_BUDGET_S = 1500.0
 SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
 MIN_GAIN = 1.05  # a candidate must be at least this much faster than exact: below it, nothing is won
 LONG_CONTEXT = 32768  # a model trained on this many tokens is also judged on LONG_LENGTH-token items
 LONG_LENGTH = 16000
 LONG_VARIANTS = ("single",)  # 3 depths x 2 haystacks = 6 items
 # Exact takes about a minute a 16,000-token item on Gemma 3 270M (2 threads), guided about half: exact and
-# four candidates fit.
-LONG_BUDGET_S = 2700.0
-RULE = ("keeps recall: at most 1 + n // 24 items lost (right exact, wrong at the split), decided only when "
-        "exact recalls at least half the items; the lowest candidate that keeps recall is chosen; a candidate "
-        f"whose requests ran exact, or less than {MIN_GAIN}x faster than exact, is refused")
+# four candidates fit; the real questions add about twice SmolLM2's (unmeasured: a model twice its size).
+LONG_BUDGET_S = 3600.0
+# Real questions judge a split only when exact answers at least this many right: with k = 5 a split that
+# loses three in four of them (SmolLM2 at S = 12: 30 of 41) still keeps them (1 lost at most) 2% of the
+# time, with k = 4 6%, with k = 3 18%: fewer right answers say nothing about the maps.
+MIN_REAL_RIGHT = 5
+RULE = ("keeps recall: at most 1 + n // 24 needle items lost (right exact, wrong at the split), decided only "
+        "when exact recalls at least half of them; and of the k real questions exact answers right, at most "
+        f"1 + k // 24 lost, judged only when k >= {MIN_REAL_RIGHT} (else needles alone); the lowest candidate "
+        f"that keeps both is chosen; a candidate whose requests ran exact, or less than {MIN_GAIN}x faster "
+        "than exact, is refused")
 
 
 def tolerance(n: int) -> int:
@@ -73,6 +89,31 @@ def informative(exact_correct: int, n: int) -> bool:
 def keeps_recall(lost: int, exact_correct: int, n: int) -> bool:
     """`lost`: items exact answered right and the candidate wrong."""
     return informative(exact_correct, n) and lost <= tolerance(n)
+
+
+def real_informative(k: int) -> bool:
+    """Whether exact answers enough real questions right (k) for them to judge the maps."""
+    return k >= MIN_REAL_RIGHT
+
+
+def keeps_real(lost: int, k: int) -> bool | None:
+    """Whether a candidate keeps exact's k right real answers (`lost`: right exact, wrong at the split);
+    None when k is too few to judge."""
+    return lost <= tolerance(k) if real_informative(k) else None
+
+
+def candidate_keeps(needles: bool, real: RealQuestions | None, refused: str) -> bool:
+    """Whether a measured candidate may be chosen: it keeps the needles, it keeps real questions where they
+    judge it, and nothing refused it."""
+    return needles and not refused and (real is None or real.keeps is not False)
+
+
+def real_unjudged(real: RealQuestions) -> str:
+    """Why the real questions do not judge the splits; "" when they do (or none were run)."""
+    if real.n == 0 or real_informative(real.exact_correct):
+        return ""
+    return (f"exact answered only {real.exact_correct} of {real.n} real questions right (needs {MIN_REAL_RIGHT}): "
+            "judged on needles alone")
 
 
 def long_length(engine) -> int:
@@ -102,10 +143,12 @@ class Candidate:
     seconds: float = 0.0
     lost: int = 0  # items right exact and wrong at this split
     refused: str = ""  # why this candidate can never be chosen, whatever its recall ("" when it can)
+    real: RealQuestions | None = None  # None: the tune ran no real questions
 
     def brief(self) -> dict:
         return {"split": self.split, "bulk_correct": self.bulk_correct, "exact_correct": self.exact_correct,
-                "n": self.n, "lost": self.lost, "ratio": self.ratio, **({"refused": self.refused} if self.refused else {})}
+                "n": self.n, "lost": self.lost, "ratio": self.ratio, **({"refused": self.refused} if self.refused else {}),
+                **({"real_questions": self.real.brief()} if self.real else {})}
 
 
 def refusal(mode: str, recall_rows: list[dict], ttft_timings, ratio: float | None) -> str:
@@ -139,6 +182,8 @@ class TuneResult:
     budget_s: float
     skipped: list[int] = field(default_factory=list)  # candidates left out by the budget
     record_path: str | None = None
+    real: RealQuestions | None = None  # exact's side of the real questions (None: none run)
+    real_left_out: list[str] = field(default_factory=list)  # document parts whose prompts did not fit
 
     def brief(self) -> dict:
         """What `tune --json` prints."""
@@ -153,23 +198,31 @@ class TuneResult:
         return d
 
 
-def choose(candidates: list[Candidate], default: int, exact_correct: int, n: int) -> tuple[int, str]:
-    """(split, why): the lowest candidate that keeps recall, else the model's default."""
+def choose(candidates: list[Candidate], default: int, exact_correct: int, n: int,
+           real: RealQuestions | None = None) -> tuple[int, str]:
+    """(split, why): the lowest candidate that keeps recall (needles, and real questions where they
+    judge), else the model's default. `real`: exact's real questions (None: none run)."""
     if not informative(exact_correct, n):
         return default, (f"exact recalled only {exact_correct}/{n} items, too few to judge the maps: "
                          f"the default split {default} stays")
+    unjudged = real_unjudged(real) if real else ""
+    judged = real is not None and real.n > 0 and not unjudged
     keep = [c for c in candidates if c.keeps]
     if keep:
         best = min(keep, key=lambda c: c.split)
-        return best.split, (f"the lowest split that keeps recall ({best.bulk_correct}/{n}, exact {exact_correct}/{n}, "
-                            f"{best.lost} lost)")
-    return default, f"no candidate measured kept recall: the default split {default} stays"
+        why = f"the lowest split that keeps recall ({best.bulk_correct}/{n}, exact {exact_correct}/{n}, {best.lost} lost"
+        if judged and best.real is not None:
+            why += f"; real questions: {best.real.lost} of exact's {real.exact_correct} right answers lost"
+        return best.split, why + (f"; {unjudged})" if unjudged else ")")
+    both = " on both needles and real questions" if judged else ""
+    return default, (f"no candidate measured kept recall{both}: the default split {default} stays"
+                     + (f" ({unjudged})" if unjudged else ""))
 
 
 def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None = None,
              length: int = DEFAULT_LENGTH, ttft_length: int | None = None, long: int | None = None,
              depths=DEFAULT_DEPTHS, variants=DEFAULT_VARIANTS, haystacks=DEFAULT_HAYSTACKS,
-             mode: str | None = None, tail: int | None = None,
+             real_per_part: int = REAL_PER_PART, mode: str | None = None, tail: int | None = None,
              capture=None, settings=None, record: bool = True, max_answer_tokens: int | None = None,
              on_progress: Callable[[str, int, int], None] | None = None,
              on_note: Callable[[str], None] | None = None,
@@ -179,7 +232,8 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None 
     `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
     `settings` (HubSettings) says where the maps go. `long`: the long items' length (None: long_length,
     0: none); `ttft_length` None: the long length, else DEFAULT_TTFT_LENGTH; `budget_s` None: LONG_BUDGET_S
-    with long items, else DEFAULT_BUDGET_S. Raises Cancelled between items."""
+    with long items, else DEFAULT_BUDGET_S; `real_per_part`: real questions a document part (0: none).
+    Raises Cancelled between items."""
     from ..ridgefill import defaults, tuned
     from ..ridgefill.runtime import runtime
 
@@ -194,23 +248,27 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None 
     ttft_length = min(ttft_length or long or DEFAULT_TTFT_LENGTH, ctx_max - 32)
     budget_s = budget_s or (LONG_BUDGET_S if long else DEFAULT_BUDGET_S)
     length = min(length, ctx_max - 64)
-    items = _bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
+    items = bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
     if long:
-        items += _bulk_items(engine, long, depths, LONG_VARIANTS, haystacks, tail, max_answer_tokens)
+        items += bulk_items(engine, long, depths, LONG_VARIANTS, haystacks, tail, max_answer_tokens)
+    real_items, left_out = real_question_items(engine, real_per_part, tail, ctx_max)
     run = _TuneRun(engine, items, mode, tail, settings, capture, cancel, on_progress,
-                   on_note or (lambda text: log.info("tune: %s", text)))
+                   on_note or (lambda text: log.info("tune: %s", text)), real_items)
     at = f"{length} and {long}" if long else f"{length}"
     run.note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {run.n} bulk-needle items at {at} "
-             f"tokens, TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
+             f"tokens, {len(real_items)} real questions, TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
+    if left_out:
+        run.note(f"real questions: parts left out (too long for the context or too short for RidgeFill): {left_out}")
     with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
         run.out = Path(tmp) / "tune.jsonl"
         run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is timed
         t_measure = time.perf_counter()
         exact = run.measure_exact(ttft_length)
         candidates, skipped = run.measure_candidates(splits, exact, budget_s, t_measure)
-    split, why = choose(candidates, default, exact.correct, run.n)
+    split, why = choose(candidates, default, exact.correct, run.n, exact.real)
     result = TuneResult(info.name, split, tail, mode, candidates, why, run.n, exact.correct, length, ttft_length,
-                        round(exact.ttft_ms, 1), long, round(time.perf_counter() - t_start, 1), budget_s, skipped)
+                        round(exact.ttft_ms, 1), long, round(time.perf_counter() - t_start, 1), budget_s, skipped,
+                        real=exact.real, real_left_out=left_out)
     if record:
         result.record_path = str(tuned.write_tuned(info, result.record()))
     run.note(f"chosen: S = {split} ({why})")
@@ -230,21 +288,6 @@ def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1
     return splits
 
 
-def _bulk_items(engine, length: int, depths, variants, haystacks, tail: int,
-                max_answer_tokens: int | None) -> list[NeedleItem]:
-    """The needle items of every haystack whose asked needle lies in the approximated bulk at `tail`."""
-    items = [it for name in haystacks for it in make_items(engine, lengths=[length], depths=list(depths),
-                                                            variants=list(variants), haystack=load_haystack(name))]
-    bulk_tail = effective_tail(engine, length, tail)
-    items = [it for it in items if it.region(bulk_tail) == "bulk"]
-    for it in items if max_answer_tokens else ():  # tests: a 7-digit answer needs only a few tokens
-        it.max_tokens = min(it.max_tokens, max_answer_tokens)
-    if not items:
-        raise RidgeFillError(f"no needle item lies in the approximated bulk at {length} tokens with tail {tail}; "
-                             "give a longer --length.")
-    return items
-
-
 @dataclass
 class _Exact:
     """The exact model's side, measured once and compared with every candidate."""
@@ -252,7 +295,9 @@ class _Exact:
     right: set[str]  # ids of the items exact answered right
     ttft_ms: float
     ttft_item: NeedleItem  # the prompt every TTFT ratio is timed on
-    estimate_s: float  # what a candidate takes at most, until one is measured
+    needles_s: float  # what a candidate's needles and TTFT take at most, until one is measured
+    real: RealQuestions  # n = 0: no real questions
+    real_right: set[str] = field(default_factory=set)  # ids of the real questions exact answered right
 
 
 @dataclass
@@ -268,6 +313,7 @@ class _TuneRun:
     cancel: Callable[[], bool] | None
     on_progress: Callable[[str, int, int], None] | None
     note: Callable[[str], None]
+    real_items: list[NeedleItem] = field(default_factory=list)
     out: Path | None = None  # the run's recall lines (a temporary file)
     maps_how: dict[int, str] = field(default_factory=dict)  # split -> cached | downloaded | fitted
 
@@ -287,6 +333,11 @@ class _TuneRun:
                                             engine=self.engine, capture=self.capture, on_progress=self.progress,
                                             on_note=self.note, cancel=self.cancel).how
 
+    def recall(self, items: list[NeedleItem], mode: str, split: int | None, stage: str) -> list[dict]:
+        """`items` run in `mode` at `split` (questions about one document share its prefill)."""
+        return run_recall(self.engine, items, [mode], split, self.tail, self.out, cancel=self.cancel,
+                          on_progress=lambda p: self.progress(stage, p.done, p.total))
+
     def measure_exact(self, ttft_length: int) -> _Exact:
         engine, n = self.engine, self.n
         hay, hay_cache = corpus_haystack(), {}
@@ -294,8 +345,7 @@ class _TuneRun:
         complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=hay_cache).request("off"),
                  cancel=self.cancel)
         t0 = time.perf_counter()
-        rows = run_recall(engine, self.items, ["off"], None, self.tail, self.out, cancel=self.cancel,
-                          on_progress=lambda p: self.progress("exact recall", p.done, p.total))
+        rows = self.recall(self.items, "off", None, "exact recall")
         items_s = time.perf_counter() - t0
         correct = sum(bool(r["correct"]) for r in rows)
         ttft_item = build_item(engine, length=ttft_length, depth=0.5, haystack=hay, _hay_cache=hay_cache)
@@ -305,26 +355,47 @@ class _TuneRun:
         self.note(f"exact: {correct}/{n} bulk needles, TTFT {ttft.ttft_ms / 1000:.1f} s at {ttft_length} tokens")
         if not informative(correct, n):
             self.note(f"exact recalls only {correct}/{n}: the items cannot judge the maps")
+        real, real_right = self.measure_exact_real()
         return _Exact(correct, {r["id"] for r in rows if r["correct"]}, ttft.ttft_ms, ttft_item,
-                      estimate_s=items_s + ttft.ttft_ms / 1000 + 5.0)
+                      needles_s=items_s + ttft.ttft_ms / 1000 + 5.0, real=real, real_right=real_right)
+
+    def measure_exact_real(self) -> tuple[RealQuestions, set[str]]:
+        """Exact's side of the real questions: how many it answers right, and which."""
+        if not self.real_items:
+            return RealQuestions(0, 0), set()
+        t0 = time.perf_counter()
+        rows = self.recall(self.real_items, "off", None, "exact real questions")
+        right = {r["id"] for r in rows if r["correct"]}
+        real = RealQuestions(len(rows), len(right), seconds=round(time.perf_counter() - t0, 1))
+        why = real_unjudged(real)
+        self.note(f"exact: {len(right)}/{real.n} real questions right" + (f"; {why}" if why else ""))
+        return real, right
 
     def measure_candidates(self, splits: list[int], exact: _Exact, budget_s: float,
                            t_measure: float) -> tuple[list[Candidate], list[int]]:
         """(measured, skipped): in ascending order until one keeps recall or the budget would be passed."""
         candidates: list[Candidate] = []
-        estimate = exact.estimate_s
         for i, s in enumerate(splits):
             spent = time.perf_counter() - t_measure
+            estimate = self.estimate_s(candidates, exact)
             if i > 0 and spent + estimate > budget_s:
                 self.note(f"budget: {spent:.0f} s spent, a candidate takes about {estimate:.0f} s: "
                           f"splits {splits[i:]} not measured")
                 return candidates, splits[i:]
             c = self.measure_candidate(s, exact)
             candidates.append(c)
-            estimate = max(done.seconds for done in candidates)
             if c.keeps:
                 return candidates, splits[i + 1:]
         return candidates, []
+
+    @staticmethod
+    def estimate_s(candidates: list[Candidate], exact: _Exact) -> float:
+        """A candidate's time at most: the slowest needle step so far plus the slowest real-question step
+        (exact's, until a candidate's is measured; none when they cannot judge)."""
+        real_s = [c.real.seconds for c in candidates if c.real and c.real.correct is not None]
+        needles_s = [c.seconds - (c.real.seconds if c.real else 0.0) for c in candidates]
+        real = max(real_s) if real_s else (exact.real.seconds if real_informative(exact.real.exact_correct) else 0.0)
+        return (max(needles_s) if needles_s else exact.needles_s) + real
 
     def measure_candidate(self, s: int, exact: _Exact) -> Candidate:
         from ..ridgefill.runtime import warm_up
@@ -335,21 +406,34 @@ class _TuneRun:
             self.fetch_maps(s)
         with engine.scratch():
             warm_up(engine, s)  # maps and weights loaded outside the timings
-        rec = run_recall(engine, self.items, [self.mode], s, self.tail, self.out, cancel=self.cancel,
-                         on_progress=lambda p: self.progress(f"S={s} recall", p.done, p.total))
+        rec = self.recall(self.items, self.mode, s, f"S={s} recall")
         bulk_correct = sum(bool(r["correct"]) for r in rec)
         lost = sum(1 for r in rec if r["id"] in exact.right and not r["correct"])
         fast = _ttft(engine, exact.ttft_item, self.mode, s, self.tail, self.cancel)
         ratio = round(exact.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
         refused = refusal(self.mode, rec, fast, ratio)
-        c = Candidate(s, bulk_correct, exact.correct, n, ratio,
-                      keeps_recall(lost, exact.correct, n) and not refused,
+        needles = keeps_recall(lost, exact.correct, n)
+        real, real_rows = self.measure_real(s, exact, run=needles and not refused)
+        refused = refused or refusal(self.mode, real_rows, fast, ratio)
+        c = Candidate(s, bulk_correct, exact.correct, n, ratio, candidate_keeps(needles, real, refused),
                       ttft_ms=round(fast.ttft_ms, 1), mode_run=fast.mode, note=fast.note or "",
-                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost, refused=refused)
+                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost, refused=refused,
+                      real=real if self.real_items else None)
         verdict = f"refused: {refused}" if refused else ("keeps recall" if c.keeps else "loses recall")
-        self.note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact.correct}/{n}, {lost} lost), TTFT ratio "
-                  f"{ratio if ratio is not None else '-'}x, {verdict}")
+        self.note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact.correct}/{n}, {lost} lost){real.text()}, "
+                  f"TTFT ratio {ratio if ratio is not None else '-'}x, {verdict}")
         return c
+
+    def measure_real(self, s: int, exact: _Exact, run: bool) -> tuple[RealQuestions, list[dict]]:
+        """The real questions at `s`, when they can judge it and `run` (the needles kept, not refused)."""
+        base = exact.real
+        if not run or not self.real_items or not real_informative(base.exact_correct):
+            return RealQuestions(base.n, base.exact_correct), []
+        t0 = time.perf_counter()
+        rows = self.recall(self.real_items, self.mode, s, f"S={s} real questions")
+        right, lost, gained = real_counts(exact.real_right, rows)
+        return RealQuestions(base.n, base.exact_correct, right, lost, gained, keeps_real(lost, base.exact_correct),
+                             seconds=round(time.perf_counter() - t0, 1)), rows
 
 
 def _ttft(engine, item, mode: str, split: int | None, tail: int, cancel):
