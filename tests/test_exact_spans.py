@@ -17,21 +17,39 @@ FACTS = {
     "When does the ferry to Saltmere leave?": "The ferry to Saltmere leaves at seven minutes past nine.",
     "What colour is the harbour master's boat?": "The harbour master's boat is painted a deep plum colour.",
 }
+BUDGET = 128
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    """The embedded model on one thread: on a small shared machine a spinning second thread only slows it."""
+    from backend.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model_path, n_ctx=2048, n_threads=1, n_batch=256, n_ubatch=256))
+    yield eng
+    eng.close()
 
 
 @pytest.fixture
 def small_bulk(monkeypatch):
-    """Guided runs from 256 bulk rows (1,024 by default): a ~700-token document keeps each request short."""
+    """Guided at a small document's scale, so each request is short: it runs from 256 bulk rows (1,024 by
+    default) and takes up to 128 rows (512 by default, which would make nearly all of a 550-row bulk exact)."""
+    from functools import partial
+
+    from backend.ridgefill.guided import GuidedParams
+
     monkeypatch.setattr("backend.ridgefill.plan.MIN_BULK", 256)
+    monkeypatch.setattr("backend.ridgefill.plan.GuidedParams", partial(GuidedParams, budget=BUDGET))
 
 
-def needles_doc(chars: int = 1800) -> DocumentText:
-    """Paragraphs of the shipped corpus with the three facts at a quarter, a half and three quarters."""
-    paras = [p for p in corpus_texts()[0][:chars].split("\n\n") if p.strip()]
-    q = len(paras) // 4
-    facts = list(FACTS.values())
-    parts = paras[:q] + [facts[0]] + paras[q : 2 * q] + [facts[1]] + paras[2 * q : 3 * q] + [facts[2]] + paras[3 * q :]
-    return DocumentText("harbour.txt", "\n\n".join(parts))
+def needles_doc(chars: int = 2400) -> DocumentText:
+    """The shipped corpus's first text with the three facts after the sentences a quarter, half and three
+    quarters in (the prompt's first rows are never guided's picks: a fact there would say nothing)."""
+    text = corpus_texts()[0][:chars]
+    for share, fact in reversed(list(zip((0.25, 0.5, 0.75), FACTS.values()))):
+        at = text.index(". ", int(share * len(text))) + 2
+        text = text[:at] + fact + " " + text[at:]
+    return DocumentText("harbour.txt", text)
 
 
 def ask(engine, doc: DocumentText, question: str, mode: str):
@@ -40,21 +58,23 @@ def ask(engine, doc: DocumentText, question: str, mode: str):
     return complete(engine, request), engine.prompt_tokens(request)
 
 
-def test_guided_spans_point_at_its_exact_rows_and_cover_the_asked_needle(small_engine, small_bulk):
+def test_guided_spans_point_at_its_exact_rows_and_cover_the_asked_needle(engine, small_bulk):
     doc = needles_doc()
     covered = 0
     for question, fact in FACTS.items():
-        result, tokens = ask(small_engine, doc, question, "guided")
+        result, tokens = ask(engine, doc, question, "guided")
         assert result.timings.mode == "guided" and result.timings.exact_n > 0, result.timings.note
         spans = [s.as_dict() for s in result.exact_spans]
         assert spans and all(set(s) == {"document", "start", "end"} for s in spans)
         assert all(s["document"] == "harbour.txt" and 0 <= s["start"] < s["end"] <= len(doc.text) for s in spans)
         assert all(a["end"] < b["start"] for a, b in zip(spans, spans[1:]))  # in order, adjacent rows merged
         assert all(doc.text[s["start"]:s["end"]] == doc.text[s["start"]:s["end"]].strip() for s in spans)
-        assert sum(s["end"] - s["start"] for s in spans) < len(doc.text.strip())  # not the whole document
+        # not the whole document: what the budget allows, so that covering the needle says something
+        assert result.timings.exact_n <= BUDGET + 80
+        assert sum(s["end"] - s["start"] for s in spans) < 0.6 * len(doc.text), "nearly everything is shaded"
         # every row whose text starts inside a span is exact in the row record, and every exact row is inside one
-        (placed,) = place_documents(small_engine, tokens, [doc])
-        approximated = set(small_engine.slot.record.approximated(0, len(tokens)))
+        (placed,) = place_documents(engine, tokens, [doc])
+        approximated = set(engine.slot.record.approximated(0, len(tokens)))
         body_end = len(doc.text.rstrip())
         for k, row in enumerate(placed.rows):
             at, nxt = int(placed.char_of_row[k]), (int(placed.char_of_row[k + 1]) if k + 1 < len(placed.rows)
@@ -71,7 +91,7 @@ def test_guided_spans_point_at_its_exact_rows_and_cover_the_asked_needle(small_e
     assert pickle.loads(pickle.dumps(result)).exact_spans == result.exact_spans  # it crosses the engine process
 
 
-def test_an_exact_run_sends_no_spans(small_engine, small_bulk):
-    result, _ = ask(small_engine, needles_doc(), next(iter(FACTS)), "off")
+def test_an_exact_run_sends_no_spans(engine, small_bulk):
+    result, _ = ask(engine, needles_doc(), next(iter(FACTS)), "off")
     assert result.timings.mode == "off" and result.exact_spans == []
     assert result.sources  # the answer still has its sources: only the shading is left out
