@@ -24,20 +24,22 @@ def _real(k: int, lost: int | None, n: int = 32) -> RealQuestions:
     """A candidate's real questions as measure_real records them (lost None: not run at this split)."""
     if lost is None:
         return RealQuestions(n, k)
-    return RealQuestions(n, k, k - lost, lost, 0, keeps_real(lost, k))
+    return RealQuestions(n, k, k - lost, lost, 0, keeps_real(lost, 0, k))
 
 
 def test_a_split_losing_more_than_tolerance_k_of_exacts_right_real_answers_is_refused_though_needles_hold():
     assert real_informative(tune.MIN_REAL_RIGHT) and not real_informative(tune.MIN_REAL_RIGHT - 1)
-    assert keeps_real(1, 7) is True and keeps_real(2, 7) is False  # tolerance(7) = 1
-    assert keeps_real(2, 24) is True and keeps_real(3, 24) is False  # tolerance(24) = 2
-    assert keeps_real(0, 4) is None  # too few right to judge
+    assert keeps_real(1, 0, 7) is True and keeps_real(2, 0, 7) is False  # tolerance(7) = 1
+    assert keeps_real(2, 0, 24) is True and keeps_real(3, 0, 24) is False  # tolerance(24) = 2
+    assert keeps_real(0, 0, 4) is None  # too few right to judge
+    # net: the recorded subset at S = 18 (3 lost, 3 gained) keeps them, S = 12's (4 lost, 1 gained) does not
+    assert keeps_real(3, 3, 7) is True and keeps_real(4, 1, 7) is False
     # S = 12 keeps every needle and loses 4 of exact's 7 right real answers (what the old default did, in
     # small); S = 15 loses one: 15 is chosen and the reason names the real questions
     s12, s15 = _candidate(12, _real(7, 4)), _candidate(15, _real(7, 1))
     assert not s12.keeps and s15.keeps
     split, why = choose([s12, s15], 18, 12, 12, RealQuestions(32, 7))
-    assert split == 15 and "real questions: 1 of exact's 7 right answers lost" in why
+    assert split == 15 and "real questions: 1 of exact's 7 right answers lost, 0 gained" in why
     split, why = choose([s12], 18, 12, 12, RealQuestions(32, 7))
     assert split == 18 and "on both needles and real questions" in why
     # a needle loss still refuses a split whose real questions hold
