@@ -40,7 +40,8 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
         t_maps = time.perf_counter() - t0
 
         result = run_tune(engine, splits=[12], budget_s=300, length=1600, ttft_length=1600, depths=[0.2],
-                          variants=["single"], haystacks=["corpus"], max_answer_tokens=8)
+                          variants=["single"], haystacks=["corpus"], max_answer_tokens=8,
+                          real_per_part=0)  # real questions: tests/test_tune_realqa.py
         brief = result.brief()
         assert list(brief) == ["model", "split", "tail", "mode", "candidates"]
         assert (brief["tail"], brief["mode"]) == (512, "guided")  # gemma3: its sliding window as the tail
