@@ -37,6 +37,8 @@ class Message:
     exact: dict | None = None  # compare-with-exact: {"content": ..., "timings": {...}}
     note: str = ""  # e.g. "stopped", or an error
     sources: list[dict] | None = None  # backend.sources.Source.as_dict() of the answer, best first
+    # backend.exact_spans.ExactSpan.as_dict(): the documents' text RidgeFill made exact for this answer
+    exact_spans: list[dict] | None = None
 
 
 @dataclass
@@ -87,7 +89,8 @@ Conversation.document = property(_first_document, _only_document)
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
 _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
-                  "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None))}
+                  "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None)),
+                  "exact_spans": (list, type(None))}
 
 
 def _is_document(doc) -> bool:

@@ -166,7 +166,7 @@ class ChatPanel(ChatDocuments, QWidget):
         if not m.complete and not m.note:
             meta = (meta + "\n" if meta else "") + "(answer interrupted)"
         w.set_meta(meta)
-        w.set_chips(self.sources_chips(m.sources) if m.sources else None)
+        w.set_chips(self.sources_chips(m.sources, m.exact_spans) if m.sources else None)
         if m.exact:
             agree = answers_agree(m.content, m.exact.get("content", ""))
             w.set_exact(compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
@@ -324,6 +324,8 @@ class ChatPanel(ChatDocuments, QWidget):
             self._answer.timings = t
             self._answer.complete = True
             self._answer.sources = [s.as_dict() for s in res.sources] or None
+            self._answer.exact_spans = [s.as_dict() for s in res.exact_spans] or None
+            self.show_exact_spans(self._answer.exact_spans)
             if res.finish_reason == "cancelled":
                 self._answer.note = "stopped by you"
             elif res.finish_reason == "loop":
