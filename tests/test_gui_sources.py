@@ -257,42 +257,34 @@ def test_the_exact_shade_shows_on_a_light_and_a_dark_palette_and_keeps_the_text_
     assert shade.name() in pane.legend.text()  # the legend's swatch is the shade itself
 
 
-def test_a_guided_answer_shades_what_ridgefill_made_exact_beside_its_sources(qtbot, window, tmp_path, monkeypatch):
-    """A real guided answer in the engine process: its spans cross to the window, and a chip's click shades
-    them at their UTF-16 positions in a text with characters outside the BMP."""
+def test_a_guided_answer_shades_what_ridgefill_made_exact_beside_its_sources(qtbot, window, tmp_path):
+    """A real guided answer in the engine process: its spans cross to the window, are kept with the answer,
+    shaded when it comes, and a click on its own chip shades them at their UTF-16 positions in a text with
+    characters outside the BMP."""
     from PySide6.QtCore import Qt
 
     from ui.document_pane import EXACT_MARK
 
     paras = [p for p in corpus_texts()[0][:5200].split("\n\n") if p.strip()]  # ~1,250 tokens: guided runs
     doc = write(tmp_path / "long.txt", "\n\n".join(["Notes on 𝔎𝔢𝔩𝔡𝔢𝔯𝔴𝔦𝔠𝔨 😀."] + paras[:6] + [FACT] + paras[6:]))
-    results = []
-    submit = window.chat.service.submit
-
-    def spy(kind, payload=None, **kw):
-        if getattr(payload, "stop_loops", False):  # the answer's request: keep its result too
-            done = kw["on_done"]
-            kw["on_done"] = lambda res: (results.append(res), done(res))
-        return submit(kind, payload, **kw)
-
-    monkeypatch.setattr(window.chat.service, "submit", spy)
     window.controls.toggle.setChecked(True)
     window.controls.mode_box.setCurrentIndex(window.controls.mode_box.findData("guided"))
     assert window.chat.attach_document(doc)
     window.chat.input.setPlainText("Who is the lighthouse keeper of Port Ellis?")
     assert window.chat.send()
     wait_idle(qtbot, window, 600)
-    res = results[-1]
-    assert res.timings.mode == "guided" and res.exact_spans and res.sources, res.timings.note
-    spans = [s.as_dict() for s in res.exact_spans]
+    answer = window.chat.conv.messages[-1]
+    assert answer.timings["mode"] == "guided" and answer.exact_spans and answer.sources, answer.timings
+    spans, pane = answer.exact_spans, window.chat.pane
+    assert pane.exact_spans == spans  # shaded as the answer came
     text = window.chat.conv.documents[0].text
     assert any(utf16(text, s["start"]) != s["start"] for s in spans)  # the positions differ from the offsets
-    chips = window.chat.sources_chips(window.chat.conv.messages[-1].sources, spans)
+    pane.set_exact_spans(None)
+    chips = window.chat.view.messages[-1].chips  # the chips the window shows under the answer
     qtbot.mouseClick(chips.chips[0], Qt.LeftButton)
-    pane = window.chat.pane
     shaded = pane.marks(EXACT_MARK)
     assert [(m.cursor.selectionStart(), m.cursor.selectionEnd()) for m in shaded] == [
         (utf16(text, s["start"]), utf16(text, s["end"])) for s in spans]
     assert [m.cursor.selectedText().replace("\u2029", "\n") for m in shaded] == [text[s["start"]:s["end"]] for s in spans]
-    top = res.sources[0]
-    assert pane.highlighted_text() == text[top.start:top.end] and not pane.legend.isHidden()
+    top = answer.sources[0]
+    assert pane.highlighted_text() == text[top["start"]:top["end"]] and not pane.legend.isHidden()
