@@ -105,9 +105,13 @@ def best_entry(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag
 
 def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: str | None) -> str:
     """Load the best entry for `tokens` into sequence 0; "" or the note saying why one was refused."""
-    entry, _ = best_entry(engine, cache, tokens, accept_tag)
+    entry, given = best_entry(engine, cache, tokens, accept_tag)
     if entry is None:
         return ""
+    if _window_rows_after(engine, entry, len(tokens) - given):
+        return (f"prompt cache: the saved prompt's sliding-window cache holds its last window only, and the "
+                f"{len(tokens) - given:,} new rows would be recorded in cells of the wrong cache; prefilled the "
+                "prompt instead.")
     t0 = time.perf_counter()
     try:
         if _windows_lost(engine, entry.header.get("clean_rows") == entry.header.get("n_tokens")):  # an earlier version's
@@ -127,6 +131,15 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         return f"prompt cache: {exc}; prefilled the prompt instead."
     log.info("prompt cache: loaded %s rows in %.0f ms", len(rows), (time.perf_counter() - t0) * 1000)
     return ""
+
+
+def _window_rows_after(engine: Engine, entry, new_rows: int) -> bool:
+    """Whether more than a window of rows would follow a saved sliding-window state: after such a load the
+    global cache holds every row in cells 0..n-1 and the window cache its last window from cell 0, so new
+    rows land in different cells in each, and rows past the exact tail (RidgeFill's late K/V, a document's
+    sources) would use the wrong ones. A question's rows (within the tail) are safe."""
+    window = engine.info.sliding_window
+    return window > 0 and entry.header.get("n_tokens", 0) > window and new_rows > window
 
 
 def held_back(engine: Engine) -> bool:

@@ -107,3 +107,32 @@ def test_a_real_gemma3_state_reloads_with_every_rows_global_cell(tmp_path):
         assert np.array_equal(live.view(np.uint8), a_live.view(np.uint8))
         found, why = answer_sources(b, toks, [doc])
         assert why == "" and found and all(s.text in words for s in found)
+
+
+def test_more_than_a_window_of_new_rows_after_a_saved_gemma3_state_is_prefilled_instead(tmp_path):
+    """After a two-cache load the window cache's cells differ from the global cache's: a prompt that adds
+    more than a window of rows (a document attached after the reload) is not served from the entry, which
+    stays; one adding a question's rows is."""
+    from backend.engine import Engine, EngineConfig
+    from backend.prompt_cache import PromptCache
+    from backend.prompt_reuse import restore, save_rows
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    cache = PromptCache(tmp_path / "prompts")
+    words = "\n".join(f"Fact{i}:{i * 7919 % 1000}." for i in range(60))
+    more = "\n".join(f"Other{i}:{i * 104729 % 1000}." for i in range(40))
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as a, \
+            Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as b:
+        toks = a.tokenize(words, add_special=True)
+        a.slot.prefill(toks, reuse_prefix=False)
+        assert save_rows(a, cache) is not None
+        window = b.info.sliding_window
+        assert 0 < window < len(toks)
+        longer = toks + b.tokenize("\n" + more, add_special=False)
+        assert len(longer) - len(toks) > window
+        note = restore(b, cache, longer, None)
+        assert "sliding-window" in note and len(b.slot.record) == 0
+        assert len(cache.entries()) == 1  # the entry stays
+        question = toks + b.tokenize("\nFact7?", add_special=False)
+        assert restore(b, cache, question, None) == "" and len(b.slot.record) == len(toks)
