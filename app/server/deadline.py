@@ -42,7 +42,7 @@ def waiting(transport: asyncio.WriteTransport) -> int:
     grows to MBs, so a slow reader's progress shows there first; Linux's TIOCOUTQ, elsewhere 0)."""
     queued = 0
     sock = transport.get_extra_info("socket")
-    if sock is not None and hasattr(termios, "TIOCOUTQ"):
+    if sock is not None and sock.fileno() >= 0 and hasattr(termios, "TIOCOUTQ"):  # -1: closed
         try:
             queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
         except OSError:  # closed meanwhile
@@ -73,7 +73,8 @@ class WriteDeadline:
             return
 
         async def send_in_time(message: Message) -> None:
-            if not transport.get_write_buffer_size():  # nothing waits, so uvicorn's send does not wait either
+            if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
+                # at or below the low-water mark the transport is not paused, so uvicorn's send does not wait
                 await send(message)
                 return
             sending = asyncio.ensure_future(send(message))
