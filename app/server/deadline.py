@@ -3,9 +3,9 @@
 uvicorn writes a response into the connection's transport and, once more than 64 KiB wait there, its
 `send` waits for the client to take some, with no limit: a client that sends a streamed request and
 stops reading would hold its connection (and the response's coroutine) until it closed, and enough of
-them fill uvicorn's connection limit. `WriteDeadline` wraps `send` and watches the bytes waiting in the
-transport: when the client has taken none of them for `deadline_s` (while a `send` waits, or after the
-last one while the response's tail waits), it logs who and why and aborts the connection. The response
+them fill uvicorn's connection limit. `WriteDeadline` wraps `send` and watches the bytes waiting for the
+client (in the transport and the kernel's send queue): when the client has taken none of them for `deadline_s` (while a `send` waits, or after the
+last one while the response's tail waits), it logs who and why and resets the connection. The response
 then ends as it does for a client that went away (api.py cancels the engine task at once); a slow reader
 that keeps taking bytes is never cut, however long its response takes.
 
