@@ -87,6 +87,7 @@ def test_the_real_subset_is_fixed_spread_over_each_part_and_spans_every_part():
 
 def test_the_output_shows_each_candidates_real_questions(capsys):
     from app.commands.tune import tune_text
+    from backend.ridgefill.tuned import summary
 
     cands = [_candidate(12, _real(7, 4)), _candidate(15, _real(7, 1))]
     split, why = choose(cands, 18, 12, 12, RealQuestions(32, 7))
@@ -100,6 +101,8 @@ def test_the_output_shows_each_candidates_real_questions(capsys):
                                                         "gained": 0, "keeps": False}
     rec = r.record()
     assert rec["real"]["exact_correct"] == 7 and "real questions" in rec["rule"]
+    assert summary(json.loads(json.dumps(rec))) == ("S = 15, chosen: recall 12/12 as exact, real questions 6/32 "
+                                                    "(exact 7/32), 1.5× at 4K")  # the panel's line
 
 
 @pytest.mark.slow

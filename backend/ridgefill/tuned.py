@@ -69,7 +69,8 @@ def write_tuned(info, record: dict, root: Path | None = None) -> Path:
 
 
 def summary(rec: dict | None) -> str:
-    """One line for the RidgeFill panel: "S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"."""
+    """One line for the RidgeFill panel: "S = 18, chosen: recall 12/12 as exact, real questions 7/32 (exact
+    7/32), 1.2× at 4K"."""
     if not rec:
         return ""
     split = rec["split"]
@@ -81,4 +82,12 @@ def summary(rec: dict | None) -> str:
     ratio = f", {chosen['ratio']:.1f}× at {at}" if chosen.get("ratio") else ""
     b, e, n = chosen["bulk_correct"], chosen["exact_correct"], chosen["n"]
     recall = f"recall {b}/{n} as exact" if b == e else f"recall {b}/{n} (exact {e}/{n})"
-    return f"S = {split}, chosen: {recall}{ratio}"
+    return f"S = {split}, chosen: {recall}{_real_questions(chosen.get('real'))}{ratio}"
+
+
+def _real_questions(real: dict | None) -> str:
+    """", real questions 6/32 (exact 7/32)" when the chosen split was asked them; "" when not."""
+    if not real or real.get("correct") is None:
+        return ""
+    c, e, n = real["correct"], real["exact_correct"], real["n"]
+    return f", real questions {c}/{n} (exact {e}/{n})"
