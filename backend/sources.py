@@ -42,6 +42,10 @@ PASSAGE_CHARS = 400  # a passage longer than this (a long sentence) is cut aroun
 # A shorter one takes the sentences after it too: a question in a FAQ, a key before its value, a heading
 # before its paragraph (the place's own sentence alone missed the answer on the real-QA set).
 MIN_PASSAGE_CHARS = 120
+# Short lines beside the passage join it, up to this many characters a side: the option before its
+# description, the line ending in a colon before its code, the command after the step it names (the
+# real-QA misses: docs/MEASUREMENTS.md#sources-with-their-lead-in-lines).
+LEAD_CHARS = 100
 RANKS_LOOKED_AT = 400  # best rows looked at for distinct places
 # A sentence ends at . ? or ! before white space, at a blank line, or at a line break whose next line does
 # not go on in lower case (hard-wrapped prose goes on; a list item or heading does not): guided's "wrap".
@@ -62,7 +66,7 @@ class Source:
 
 
 @dataclass
-class _Placed:
+class PlacedDocument:
     """One document found in the prompt: its rows, and each row's first character in its text."""
     doc: DocumentText
     rows: range
@@ -79,12 +83,13 @@ def record_cells(engine, plan) -> str:
     return ""
 
 
-def find_sources(engine, tokens: list[int], documents: list[DocumentText], timings) -> list[Source]:
+def find_sources(engine, tokens: list[int], documents: list[DocumentText], timings,
+                 placed: list[PlacedDocument] | None = None) -> list[Source]:
     """The answer's sources, best first; the time taken goes to timings.sources_ms and a reason for none
-    to timings.note. Never fails the request."""
+    to timings.note. Never fails the request. `placed`: the documents already placed in the prompt."""
     t0 = time.perf_counter()
     try:
-        found, why = answer_sources(engine, tokens, documents)
+        found, why = answer_sources(engine, tokens, documents, placed=placed)
     except (RidgeFillError, EngineError) as exc:
         found, why = [], str(exc)
     except Exception as exc:  # noqa: BLE001 - the answer stands without its sources
@@ -97,14 +102,15 @@ def find_sources(engine, tokens: list[int], documents: list[DocumentText], timin
 
 
 def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, contrast: bool = GUIDED.contrast,
-                   window: int = GUIDED.window, n: int = MAX_SOURCES) -> tuple[list[Source], str]:
-    """Up to `n` sources and "" or no sources and why."""
+                   window: int = GUIDED.window, n: int = MAX_SOURCES,
+                   placed: list[PlacedDocument] | None = None) -> tuple[list[Source], str]:
+    """Up to `n` sources and "" or no sources and why. `placed`: place_documents(documents), when done."""
     rt = runtime(engine)
     if rt.refused is not None:
         return [], rt.refused
     if len(engine.slot.record) < len(tokens) or engine.slot.tokens[: len(tokens)] != list(tokens):
         return [], "the cache no longer holds the prompt"
-    placed = place_documents(engine, tokens, documents)
+    placed = place_documents(engine, tokens, documents) if placed is None else placed
     if not placed:
         return [], "the documents' text was not found in the prompt"
     cand_set = set(engine.slot.record.with_cells(0, len(tokens) - window))
@@ -141,7 +147,7 @@ def probe(engine, tokens: list[int], layers: list[int], window: int) -> dict[int
     return tap.rows
 
 
-def place_documents(engine, tokens: list[int], documents: list[DocumentText]) -> list[_Placed]:
+def place_documents(engine, tokens: list[int], documents: list[DocumentText]) -> list[PlacedDocument]:
     """Each document's rows in the prompt, found in order in the text of the prompt's tokens; a document
     whose text is not there verbatim (a template that changed it) is left out."""
     pieces = [engine.token_bytes(t, special=True) for t in tokens]
@@ -161,11 +167,11 @@ def place_documents(engine, tokens: list[int], documents: list[DocumentText]) ->
         # each byte's character in the body: characters start at bytes that are not UTF-8 continuations
         char_of_byte = np.cumsum((np.frombuffer(raw, dtype=np.uint8) & 0xC0) != 0x80) - 1
         byte_in_body = np.clip(row_start[first:last] - at, 0, len(raw) - 1)
-        out.append(_Placed(doc, range(first, last), char_of_byte[byte_in_body] + lead))
+        out.append(PlacedDocument(doc, range(first, last), char_of_byte[byte_in_body] + lead))
     return out
 
 
-def best_places(placed: list[_Placed], candidates: list[int], scores: torch.Tensor, n: int) -> list[Source]:
+def best_places(placed: list[PlacedDocument], candidates: list[int], scores: torch.Tensor, n: int) -> list[Source]:
     """The best-scoring rows, each made a passage; a row inside a passage already taken is skipped."""
     where = {}
     for d in placed:
@@ -199,15 +205,17 @@ def page_bounds(doc: DocumentText, at: int) -> tuple[int, int]:
 
 def passage(text: str, first: int, at: int, bounds: tuple[int, int] | None = None) -> tuple[int, int]:
     """[start, end) of the sentences from the one holding `first` to the one holding `at`, and those after
-    it up to MIN_PASSAGE_CHARS, within `bounds` (its page); cut to PASSAGE_CHARS around `at` when longer; no
-    white space at the ends."""
+    it up to MIN_PASSAGE_CHARS, with the short lines beside them, within `bounds` (its page); cut to
+    PASSAGE_CHARS around `at` when longer; no white space at the ends."""
     page_lo, hi = bounds or (0, len(text))
     lo = max(page_lo, first - PASSAGE_CHARS)  # no sentence starts between here and `first`: cut below
     starts = [lo] + [m.end() for m in _SENTENCE_END.finditer(text, lo, min(hi, at + PASSAGE_CHARS))]
-    start = starts[max(0, bisect.bisect_right(starts, first) - 1)]
+    i = max(0, bisect.bisect_right(starts, first) - 1)
     nxt = bisect.bisect_right(starts, at)
-    while nxt < len(starts) and starts[nxt] - start < MIN_PASSAGE_CHARS:
+    while nxt < len(starts) and starts[nxt] - starts[i] < MIN_PASSAGE_CHARS:
         nxt += 1
+    i, nxt = _with_short_lines(text, starts, i, nxt, first_is_real=lo == page_lo)
+    start = starts[i]
     end = min(hi, starts[nxt] if nxt < len(starts) else at + PASSAGE_CHARS)
     if end - start > PASSAGE_CHARS:
         start = max(start, min(first, at - PASSAGE_CHARS // 3))
@@ -217,3 +225,23 @@ def passage(text: str, first: int, at: int, bounds: tuple[int, int] | None = Non
     while end > start and text[end - 1].isspace():
         end -= 1
     return start, end
+
+
+def _with_short_lines(text: str, starts: list[int], i: int, nxt: int, first_is_real: bool) -> tuple[int, int]:
+    """The sentences starts[i]..starts[nxt] widened by the short lines around them, LEAD_CHARS at most a
+    side: sentences before that end a line, and after a line break sentences that follow. starts[0] is a
+    sentence's start only when `first_is_real` (the text's or the page's start)."""
+    lowest, opening = (0 if first_is_real else 1), starts[i]
+    while i > lowest and opening - starts[i - 1] <= LEAD_CHARS and _ends_line(text, starts[i - 1], starts[i]):
+        i -= 1
+    if 0 < nxt < len(starts) and _ends_line(text, starts[nxt - 1], starts[nxt]):
+        closing = starts[nxt]
+        while nxt + 1 < len(starts) and starts[nxt + 1] - closing <= LEAD_CHARS:
+            nxt += 1
+    return i, nxt
+
+
+def _ends_line(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] ends in white space that holds a line break."""
+    piece = text[start:end]
+    return "\n" in piece[len(piece.rstrip()):]

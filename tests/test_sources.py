@@ -86,6 +86,26 @@ def test_passage_is_the_sentence_around_the_place_and_longer_when_short():
     assert end - start >= 100 or end == len(text)
 
 
+def test_a_passage_takes_the_short_lines_beside_it_and_not_the_prose_around_it():
+    options = ("## Options\n\nEach option below changes how the manual pages are installed on the system.\n\n"
+               "* `--disable-setuid`\n\n  By default, man is installed as a setuid program to the user that owns"
+               " the cache files.  Use this option to install man as a non-setuid program instead.\n\n"
+               "* `--enable-mandirs=OS`\n\n  By default, man-db supports manual page directories in any layout.\n")
+    at = options.index("setuid program to")
+    start, end = passage(options, options.index("By default"), at)
+    assert options[start:end].startswith("* `--disable-setuid`")  # the option the description is about
+    assert "Each option below" not in options[start:end]  # a line longer than LEAD_CHARS stays out
+    steps = ("Initialise the index databases for all manpaths marked as global in the man-db configuration"
+             " file, which lists every one of them.\n\n* **Run** `mandb` (this step is equivalent to running makewhatis"
+             " too).\n\nThe following steps are optional and depend on the system the package is being built on"
+             " and on the options it was configured with.\n")
+    start, end = passage(steps, 0, steps.index("manpaths"))
+    assert steps[start:end].endswith("makewhatis too).")  # the command after the step it names
+    prose = "First sentence here. " + FACT_A + " Next one follows it. And the last one is here."
+    start, end = passage(prose, prose.index("keeper"), prose.index("Marta"))
+    assert prose[start:end].startswith(FACT_A)  # one line of prose: no sentence before it joins
+
+
 def test_an_exact_prefill_with_the_hook_records_every_rows_cell(small_engine):
     tokens = _tokens(small_engine, [_doc("a.txt", FACT_A)])
     plan = ExactPrefill()
