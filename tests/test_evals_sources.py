@@ -1,12 +1,14 @@
 """The sources eval: each item's document and the spans of its asked facts, what counts as a hit, the table."""
 from __future__ import annotations
 
+import pytest
+
 from app.commands.evals.sources import spread
 from backend.documents import document_messages
 from backend.evals.document_questions import question_items
 from backend.evals.haystacks import filler_haystack
 from backend.evals.needles import make_items
-from backend.evals.sources import holds, item_document, precision_table
+from backend.evals.sources import holds, item_document, precision_table, run_sources
 
 
 def test_a_needle_items_document_is_its_haystack_and_the_span_is_the_asked_needle(small_engine):
@@ -48,3 +50,15 @@ def test_the_table_counts_hits_per_mode_and_group():
 
 def test_spread_takes_evenly_spaced_items():
     assert spread(list(range(10)), 3) == [0, 3, 6] and spread([1, 2], 5) == [1, 2]
+
+
+@pytest.mark.parametrize("mode", ["off"])  # guided restores cells its passes recorded (test_prefix_snapshot)
+def test_questions_about_one_document_get_the_fresh_runs_sources_from_its_restored_prefill(small_engine, tmp_path,
+                                                                                           mode):
+    items = question_items(small_engine, "realqa")
+    two = [i for i in items if i.document == items[1].document][:2]
+    fresh = run_sources(small_engine, two, [mode], None, None, tmp_path / "fresh.jsonl", share_documents=False)
+    shared = run_sources(small_engine, two, [mode], None, None, tmp_path / "shared.jsonl")
+    assert [r["shared_rows"] for r in fresh] == [0, 0] and all(r["shared_rows"] >= 1024 for r in shared)
+    assert [r["sources"] for r in shared] == [r["sources"] for r in fresh] and fresh[0]["sources"]
+    assert [r["reply"] for r in shared] == [r["reply"] for r in fresh]

@@ -23,6 +23,7 @@ from ..completion import complete
 from ..protocol import CompletionRequest, CompletionResult
 from ..ridgefill.plan import RidgeFillPlan, plan_prefill
 from ..row_record import RowRecord
+from ..sources import record_cells
 
 
 # Bytes of saved prefills held at once: every document of a question set in two modes (realqa: 16 x 2,
@@ -70,6 +71,8 @@ class PrefixSnapshots:
         key = (tuple(tokens[:shared_n]), request.mode, tag, id(engine.slot))  # a grown context is a new slot
         saved = self._saved.get(key)
         if saved is None:
+            if request.documents:  # the saved rows need their cells for the sources, as complete records them
+                record_cells(engine, plan)
             saved = self._prefill(tokens[:shared_n], plan)
             while self._saved and sum(len(s.state) for s in self._saved.values()) + len(saved.state) > MAX_BYTES:
                 del self._saved[next(iter(self._saved))]  # the oldest goes (dicts keep insertion order)
@@ -85,7 +88,7 @@ class PrefixSnapshots:
 
             prefill_bulk(self.engine, plan, shared)
         else:
-            slot.prefill(shared, reuse_prefix=False)
+            slot.prefill(shared, reuse_prefix=False, hook=getattr(plan, "cells", None))
         return _Saved(slot.state_bytes(), copy.deepcopy(slot.record))
 
 

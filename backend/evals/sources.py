@@ -19,7 +19,7 @@ from ..errors import Cancelled
 from ..sources import answer_sources
 from .document_questions import QUESTION_SETS, answer_found, load_questions, questions_dir
 from .needles import INTRO, NEEDLE, NeedleError, NeedleItem
-from .recall import _append, load_results, result_key
+from .recall import SharedDocuments, _append, load_results, result_key
 from .scoring import score
 
 
@@ -51,12 +51,18 @@ def holds(source: dict, spans: list[tuple[int, int]]) -> bool:
 
 
 def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int | None,
-             cancel: Callable[[], bool] | None = None) -> dict:
+             cancel: Callable[[], bool] | None = None, shared: SharedDocuments | None = None) -> dict:
+    """One item in one mode. `shared`: questions about one document restore its rows' prefill (the same
+    answer and sources; ttft_ms is then not a prefill time, and the line says so in shared_rows)."""
     doc, spans = item_document(item)
     request = item.request(mode, split, tail)
     request.documents = [doc]
     t0 = time.perf_counter()
-    result = complete(engine, request, cancel=cancel)
+    shared_n = shared.rows(item) if shared is not None else 0
+    if shared_n:
+        result = shared.snapshots.complete(request, shared_n, cancel)
+    else:
+        result = complete(engine, request, cancel=cancel)
     if result.finish_reason == "cancelled":
         raise Cancelled(f"item {item.id} cancelled while answering")
     found = [s.as_dict() for s in result.sources]
@@ -74,14 +80,17 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
         "top_plain": bool(plain) and holds(plain[0], spans), "any_plain": any(holds(s, spans) for s in plain),
         "sources": found, "ttft_ms": round(t.ttft_ms, 1), "prompt_ms": round(t.prompt_ms, 1),
         "sources_ms": round(t.sources_ms, 1), "seconds": round(time.perf_counter() - t0, 2),
+        "shared_rows": shared_n,
     }
 
 
 def run_sources(engine, items: list[NeedleItem], modes: list[str], split: int | None, tail: int | None,
                 out_path: str | Path, on_record: Callable[[int, int, dict | None], None] | None = None,
-                cancel: Callable[[], bool] | None = None) -> list[dict]:
-    """Every item in every mode (item by item); lines already in `out_path` are not run again."""
+                cancel: Callable[[], bool] | None = None, share_documents: bool = True) -> list[dict]:
+    """Every item in every mode (item by item); lines already in `out_path` are not run again.
+    `share_documents`: questions about one document restore its prefill (recall.SharedDocuments)."""
     out = Path(out_path)
+    shared = SharedDocuments(engine, items, tail) if share_documents else None
     done = {result_key(r): r for r in load_results(out) if r.get("kind") == "sources"}
     results, total = [], len(items) * len(modes)
     for item in items:
@@ -91,7 +100,7 @@ def run_sources(engine, items: list[NeedleItem], modes: list[str], split: int | 
             if fresh:
                 if cancel is not None and cancel():
                     raise Cancelled(f"sources run cancelled after {len(results)} of {total}; rerun to resume")
-                rec = run_item(engine, item, mode, split, tail, cancel)
+                rec = run_item(engine, item, mode, split, tail, cancel, shared)
                 _append(out, rec)
             results.append(rec)
             if on_record is not None:
@@ -108,18 +117,19 @@ def precision_table(records: list[dict]) -> list[dict]:
     contrast question), and the sources' cost against the TTFT."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        keys = [("all", "")] + [("haystack", r["haystack"]), ("length", str(r["length"]))]
-        if r["haystack"] not in QUESTION_SETS:
-            keys.append(("depth", depth_bucket(r["depth"])))
+        keys = [("all", ""), ("haystack", r["haystack"])]
+        if r["haystack"] not in QUESTION_SETS:  # a question's length and depth are its document's
+            keys += [("length", str(r["length"])), ("depth", depth_bucket(r["depth"]))]
         for k in keys:
             groups.setdefault((r["mode"],) + k, []).append(r)
     rows = []
     for (mode, kind, value), rs in sorted(groups.items()):
         n = len(rs)
+        timed = [r for r in rs if not r.get("shared_rows")]  # a restored prefill's TTFT is no prefill time
         rows.append({"mode": mode, "group": kind if not value else f"{kind} {value}", "n": n,
                      "top": sum(r["top"] for r in rs), "any": sum(r["any"] for r in rs),
                      "top_plain": sum(r["top_plain"] for r in rs), "any_plain": sum(r["any_plain"] for r in rs),
                      "sources_ms": round(sum(r["sources_ms"] for r in rs) / n, 1),
-                     "ttft_ms": round(sum(r["ttft_ms"] for r in rs) / n, 1)})
+                     "ttft_ms": round(sum(r["ttft_ms"] for r in timed) / len(timed), 1) if timed else None})
     return rows
 

@@ -64,7 +64,8 @@ def run(args) -> int:
     print(table(["mode", "group", "n", "top", "any of 3", "top (no contrast)", "any (no contrast)", "sources ms",
                  "TTFT ms"],
                 [[r["mode"], r["group"], r["n"], _share(r["top"], r["n"]), _share(r["any"], r["n"]),
-                  _share(r["top_plain"], r["n"]), _share(r["any_plain"], r["n"]), r["sources_ms"], r["ttft_ms"]]
+                  _share(r["top_plain"], r["n"]), _share(r["any_plain"], r["n"]), r["sources_ms"],
+                  "restored" if r["ttft_ms"] is None else r["ttft_ms"]]
                  for r in rows]))
     return 0
 
