@@ -57,16 +57,9 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
     timings.predicted_n = len(answer.tokens)
     timings.predicted_ms = (t_end - t_gen) * 1000
     timings.predicted_per_second = len(answer.tokens) / (t_end - t_gen) if t_end > t_gen and answer.tokens else 0.0
-    sources = []
+    sources, spans = [], []
     if request.documents and answer.finish_reason != "cancelled":  # after the answer: ttft_ms is not slowed
-        from .sources import find_sources
-
-        sources = find_sources(engine, tokens, request.documents, timings)
-    spans = []
-    if request.documents and answer.finish_reason != "cancelled":  # read from the row record: no decode
-        from .exact_spans import exact_spans
-
-        spans = exact_spans(engine, tokens, request.documents)
+        sources, spans = _about_documents(engine, tokens, request.documents, timings)
     return CompletionResult(text=answer.text, finish_reason=answer.finish_reason, timings=timings,
                             prompt_tokens=len(tokens), tokens=answer.tokens, sources=sources, exact_spans=spans)
 
@@ -75,3 +68,16 @@ def _source_probe_rows() -> int:
     from .sources import PROBE_ROWS
 
     return PROBE_ROWS
+
+
+def _about_documents(engine: Engine, tokens: list[int], documents: list, timings) -> tuple[list, list]:
+    """The answer's sources and the document text made exact (read from the row record: no decode), the
+    documents placed in the prompt once for both; neither fails the request."""
+    from .exact_spans import exact_spans
+    from .sources import find_sources, place_documents
+
+    try:
+        placed = place_documents(engine, tokens, documents)
+    except Exception:  # noqa: BLE001 - each placing again reports its own failure, the answer stands
+        placed = None
+    return find_sources(engine, tokens, documents, timings, placed), exact_spans(engine, tokens, documents, placed)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .documents import DocumentText
-from .sources import place_documents
+from .sources import PlacedDocument, place_documents
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +29,20 @@ class ExactSpan:
         return asdict(self)
 
 
-def exact_spans(engine, tokens: list[int], documents: list[DocumentText]) -> list[ExactSpan]:
+def exact_spans(engine, tokens: list[int], documents: list[DocumentText],
+                placed: list[PlacedDocument] | None = None) -> list[ExactSpan]:
     """The spans of each document's exact rows, in document order then text order; none when the cache no
-    longer holds the prompt or no document row is approximated. Never fails the request."""
+    longer holds the prompt or no document row is approximated. Never fails the request. `placed`: the
+    documents already placed in the prompt (place_documents)."""
     try:
-        return _spans(engine, tokens, documents)
+        return _spans(engine, tokens, documents, placed)
     except Exception:  # noqa: BLE001 - the answer stands without its shading
         log.exception("exact spans failed")
         return []
 
 
-def _spans(engine, tokens: list[int], documents: list[DocumentText]) -> list[ExactSpan]:
+def _spans(engine, tokens: list[int], documents: list[DocumentText],
+           placed: list[PlacedDocument] | None) -> list[ExactSpan]:
     record = engine.slot.record
     if len(record) < len(tokens) or engine.slot.tokens[: len(tokens)] != list(tokens):
         return []
@@ -47,7 +50,7 @@ def _spans(engine, tokens: list[int], documents: list[DocumentText]) -> list[Exa
     if not approximated:  # every row exact (an `off` run): nothing to shade
         return []
     out: list[ExactSpan] = []
-    for d in place_documents(engine, tokens, documents):
+    for d in place_documents(engine, tokens, documents) if placed is None else placed:
         exact = ~np.isin(np.arange(d.rows.start, d.rows.stop), approximated)
         if exact.all() or not exact.any():
             continue
