@@ -44,7 +44,7 @@ PASSAGE_CHARS = 400  # a passage longer than this (a long sentence) is cut aroun
 MIN_PASSAGE_CHARS = 120
 # Short lines beside the passage join it, up to this many characters a side: the option before its
 # description, the line ending in a colon before its code, the command after the step it names (the
-# real-QA misses: docs/MEASUREMENTS.md#sources-with-their-lead-in-lines).
+# real-QA misses: docs/MEASUREMENTS.md#sources-on-all-191-real-questions-with-their-lead-in-lines).
 LEAD_CHARS = 100
 RANKS_LOOKED_AT = 400  # best rows looked at for distinct places
 # A sentence ends at . ? or ! before white space, at a blank line, or at a line break whose next line does
