@@ -116,8 +116,8 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
     t0 = time.perf_counter()
     request = item.request(run_mode(mode), split, tail)
     plan = answer_plan(engine, item, request) if mode.endswith(ORACLE) else None
-    if shared is not None and shared.rows(item):
-        result = shared.snapshots.complete(request, shared.rows(item), cancel, plan=plan)
+    if shared is not None:
+        result = shared.complete(item, request, cancel, plan)
     else:
         result = complete(engine, request, cancel=cancel, plan=plan)
     if result.finish_reason == "cancelled":  # a half answer must not be scored or saved
@@ -165,6 +165,14 @@ class SharedDocuments:
 
     def rows(self, item: NeedleItem) -> int:
         return self._shared_n.get(item.id, 0)
+
+    def complete(self, item: NeedleItem, request, cancel: Callable[[], bool] | None = None, plan=None):
+        """`request`, the item's, answered from its document's restored prefill where it shares rows with
+        other items, else by a fresh run."""
+        shared_n = self.rows(item)
+        if shared_n:
+            return self.snapshots.complete(request, shared_n, cancel, plan=plan)
+        return complete(self.snapshots.engine, request, cancel=cancel, plan=plan)
 
 
 def run_recall(engine, items: list[NeedleItem], modes: list[str], split: int | None, tail: int | None,

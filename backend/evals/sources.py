@@ -59,8 +59,8 @@ def run_item(engine, item: NeedleItem, mode: str, split: int | None, tail: int |
     request.documents = [doc]
     t0 = time.perf_counter()
     shared_n = shared.rows(item) if shared is not None else 0
-    if shared_n:
-        result = shared.snapshots.complete(request, shared_n, cancel)
+    if shared is not None:
+        result = shared.complete(item, request, cancel)
     else:
         result = complete(engine, request, cancel=cancel)
     if result.finish_reason == "cancelled":
