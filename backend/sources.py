@@ -18,7 +18,7 @@ import bisect
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -46,6 +46,11 @@ MIN_PASSAGE_CHARS = 120
 # description, the line ending in a colon before its code, the command after the step it names (the
 # real-QA misses: docs/MEASUREMENTS.md#sources-on-all-191-real-questions-with-their-lead-in-lines).
 LEAD_CHARS = 100
+# Two of the question's places this close (characters between their passages) are one passage, up to
+# JOINED_CHARS: a FAQ's question and its answer, a key and its value a line apart
+# (docs/MEASUREMENTS.md#sources-neighbouring-places-joined).
+JOIN_GAP = 100
+JOINED_CHARS = 600
 RANKS_LOOKED_AT = 400  # best rows looked at for distinct places
 # A sentence ends at . ? or ! before white space, at a blank line, or at a line break whose next line does
 # not go on in lower case (hard-wrapped prose goes on; a list item or heading does not): guided's "wrap".
@@ -172,7 +177,8 @@ def place_documents(engine, tokens: list[int], documents: list[DocumentText]) ->
 
 
 def best_places(placed: list[PlacedDocument], candidates: list[int], scores: torch.Tensor, n: int) -> list[Source]:
-    """The best-scoring rows, each made a passage; a row inside a passage already taken is skipped."""
+    """The best-scoring rows, each made a passage; a row inside a passage already taken is skipped, and a
+    passage near one already taken joins it (JOIN_GAP)."""
     where = {}
     for d in placed:
         for i, p in enumerate(d.rows):
@@ -187,11 +193,25 @@ def best_places(placed: list[PlacedDocument], candidates: list[int], scores: tor
             continue
         lo, hi = page_bounds(d.doc, at)
         start, end = passage(d.doc.text, max(lo, int(d.char_of_row[max(0, k - BACK_ROWS)])), at, (lo, hi))
-        if any(s.document == d.doc.name and s.start < end and start < s.end for s in taken):
-            continue
-        taken.append(Source(d.doc.name, d.doc.page_at(start), start, end, d.doc.text[start:end],
-                            round(float(scores[i]), 4)))
+        j = _joinable(taken, d.doc.name, start, end, (lo, hi))
+        if j is not None:  # the better place's source grows, keeping its score
+            a, b = min(start, taken[j].start), max(end, taken[j].end)
+            taken[j] = replace(taken[j], start=a, end=b, text=d.doc.text[a:b])
+        elif not any(s.document == d.doc.name and s.start < end and start < s.end for s in taken):
+            taken.append(Source(d.doc.name, d.doc.page_at(start), start, end, d.doc.text[start:end],
+                                round(float(scores[i]), 4)))
     return taken
+
+
+def _joinable(taken: list[Source], document: str, start: int, end: int, page: tuple[int, int]) -> int | None:
+    """The index of a source of `document` on the same page within JOIN_GAP characters of [start, end)
+    that together with it stays within JOINED_CHARS, or None."""
+    for j, s in enumerate(taken):
+        if (s.document == document and page[0] <= s.start and s.end <= page[1]
+                and start - s.end <= JOIN_GAP and s.start - end <= JOIN_GAP
+                and max(end, s.end) - min(start, s.start) <= JOINED_CHARS):
+            return j
+    return None
 
 
 def page_bounds(doc: DocumentText, at: int) -> tuple[int, int]:

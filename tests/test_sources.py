@@ -25,15 +25,17 @@ def _tokens(engine, documents, question="Who keeps the lighthouse?"):
     return engine.prompt_tokens(CompletionRequest(messages=document_messages(documents, question)))
 
 
-def _peak_at(engine, tokens, placed, text_piece: str):
-    """Scores for every document row with one peak at the row where `text_piece` starts."""
+def _peak_at(engine, tokens, placed, text_piece: str, *others: tuple[str, float]):
+    """Scores for every document row with a peak of 1 at the row where `text_piece` starts (and one of
+    each given height at each other piece)."""
     candidates = [p for d in placed for p in d.rows]
     scores = torch.zeros(len(candidates))
-    for d in placed:
-        at = d.doc.text.find(text_piece)
-        if at >= 0:
-            k = max(i for i, c in enumerate(d.char_of_row) if c <= at)
-            scores[candidates.index(d.rows[k])] = 1.0
+    for piece, height in ((text_piece, 1.0), *others):
+        for d in placed:
+            at = d.doc.text.find(piece)
+            if at >= 0:
+                k = max(i for i, c in enumerate(d.char_of_row) if c <= at)
+                scores[candidates.index(d.rows[k])] = height
     return candidates, scores
 
 
@@ -61,6 +63,21 @@ def test_a_pdf_source_names_the_page_that_holds_it(small_engine, tmp_path):
     assert top.document == "spec.pdf" and "seven minutes past nine" in top.text
     assert top.page == 2
     assert pdf.text[top.start : top.end] == top.text
+
+
+def test_a_question_and_its_answer_a_sentence_apart_are_one_source_and_a_far_place_another(small_engine):
+    faq = (FILLER * 4 + "Will zlib decompress data from the PKWare Data Compression Library? No. The PKWare DCL"
+           " uses a completely different compressed data format than does PKZIP and zlib, and the two do not mix."
+           " However, you can look in zlib's contrib/blast directory for a possible solution to your problem. "
+           + FILLER * 4 + FACT_B + " " + FILLER * 2)
+    doc = DocumentText("faq.txt", faq)
+    tokens = _tokens(small_engine, [doc], "Which directory has a solution for PKWare data?")
+    placed = place_documents(small_engine, tokens, [doc])
+    candidates, scores = _peak_at(small_engine, tokens, placed, "PKWare Data", ("contrib/blast", 0.5), ("ferry", 0.3))
+    top, *others = best_places(placed, candidates, scores, 3)
+    assert "Will zlib decompress" in top.text and "contrib/blast" in top.text and top.score == 1.0
+    assert faq[top.start : top.end] == top.text
+    assert any(FACT_B in s.text for s in others) and not any("contrib/blast" in s.text for s in others)
 
 
 def test_several_documents_are_framed_in_order_with_their_names_and_one_as_before():
