@@ -5,8 +5,9 @@ assistant header) are decoded again on a spare sequence through the layers below
 their true positions, seeing sequence 0's rows before them (the probe of guided mode:
 backend/ridgefill/guided.py). Their queries meet each document row's exact key at that layer, read from
 the cache by the row's cell; the scores of a question about nothing in particular are taken off, as
-guided does. The best rows, distinct passages, become up to MAX_SOURCES sources: the document, the page
-(PDF), character offsets into the text the app read and the sentence around the place.
+guided does. The best rows, distinct passages (two a sentence apart joined), become up to MAX_SOURCES
+sources: the document, the page (PDF), character offsets into the text the app read and the sentence
+around the place.
 
 Rows need known cells: RidgeFill's passes, refinement and a prompt-cache reload record them; an exact
 prefill records them through `record_cells` (a cell-recording hook). Rows with none (a RidgeFill
@@ -205,11 +206,12 @@ def best_places(placed: list[PlacedDocument], candidates: list[int], scores: tor
 
 def _joinable(taken: list[Source], document: str, start: int, end: int, page: tuple[int, int]) -> int | None:
     """The index of a source of `document` on the same page within JOIN_GAP characters of [start, end)
-    that together with it stays within JOINED_CHARS, or None."""
+    that together with it stays within JOINED_CHARS and clear of the other sources, or None."""
     for j, s in enumerate(taken):
+        a, b = min(start, s.start), max(end, s.end)
         if (s.document == document and page[0] <= s.start and s.end <= page[1]
-                and start - s.end <= JOIN_GAP and s.start - end <= JOIN_GAP
-                and max(end, s.end) - min(start, s.start) <= JOINED_CHARS):
+                and start - s.end <= JOIN_GAP and s.start - end <= JOIN_GAP and b - a <= JOINED_CHARS
+                and not any(o.document == document and o.start < b and a < o.end for o in taken if o is not s)):
             return j
     return None
 
