@@ -43,10 +43,9 @@ def exact_spans(engine, tokens: list[int], documents: list[DocumentText],
 
 def _spans(engine, tokens: list[int], documents: list[DocumentText],
            placed: list[PlacedDocument] | None) -> list[ExactSpan]:
-    record = engine.slot.record
-    if len(record) < len(tokens) or engine.slot.tokens[: len(tokens)] != list(tokens):
+    if not engine.slot.holds(tokens):
         return []
-    approximated = record.approximated(0, len(tokens))
+    approximated = engine.slot.record.approximated(0, len(tokens))
     if not approximated:  # every row exact (an `off` run): nothing to shade
         return []
     out: list[ExactSpan] = []

@@ -75,6 +75,10 @@ class Slot:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def holds(self, tokens: list[int]) -> bool:
+        """Whether sequence 0's first rows are `tokens` (the prompt just answered is still in the cache)."""
+        return len(self._rows) >= len(tokens) and self._rows.tokens[: len(tokens)] == list(tokens)
+
     def reusable_prefix(self, tokens: list[int], accept_tag: str | None = None) -> int:
         """Leading `tokens` already cached that a request may reuse (see row_record.RowRecord)."""
         return self._rows.reusable_prefix(tokens, accept_tag)

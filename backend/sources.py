@@ -114,7 +114,7 @@ def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, 
     rt = runtime(engine)
     if rt.refused is not None:
         return [], rt.refused
-    if len(engine.slot.record) < len(tokens) or engine.slot.tokens[: len(tokens)] != list(tokens):
+    if not engine.slot.holds(tokens):
         return [], "the cache no longer holds the prompt"
     placed = place_documents(engine, tokens, documents) if placed is None else placed
     if not placed:

@@ -9,7 +9,7 @@ from backend.completion import complete
 from backend.documents import DocumentText, document_messages, read_document_parts, read_documents
 from backend.prefill import ExactPrefill
 from backend.protocol import CompletionRequest
-from backend.sources import best_places, passage, place_documents, record_cells
+from backend.sources import answer_sources, best_places, passage, place_documents, record_cells
 from test_document_formats import write_pdf
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -132,6 +132,17 @@ def test_an_exact_prefill_with_the_hook_records_every_rows_cell(small_engine):
     assert min(cells) >= 0 and len(set(cells)) == len(tokens)
     ExactPrefill().run(small_engine, tokens, reuse_prefix=False, on_event=None, cancel=None)
     assert small_engine.slot.record.with_cells() == []  # without the hook, none are known
+
+
+def test_no_sources_once_the_cache_holds_another_prompt(small_engine):
+    docs = [_doc("a.txt", FACT_A)]
+    request = CompletionRequest(messages=document_messages(docs, "Who keeps the lighthouse?"), max_tokens=2,
+                                mode="off", documents=docs, reuse_prefix=False)
+    complete(small_engine, request)
+    found, why = answer_sources(small_engine, small_engine.prompt_tokens(request), docs)
+    assert found and why == "", why
+    other = _tokens(small_engine, docs, "When does the ferry leave?")  # the same document, another question
+    assert answer_sources(small_engine, other, docs) == ([], "the cache no longer holds the prompt")
 
 
 @pytest.mark.parametrize("mode", ["off"])
