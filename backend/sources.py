@@ -198,7 +198,7 @@ def best_places(placed: list[PlacedDocument], candidates: list[int], scores: tor
         if j is not None:  # the better place's source grows, keeping its score
             a, b = min(start, taken[j].start), max(end, taken[j].end)
             taken[j] = replace(taken[j], start=a, end=b, text=d.doc.text[a:b])
-        elif not any(s.document == d.doc.name and s.start < end and start < s.end for s in taken):
+        elif not _overlapped(taken, d.doc.name, start, end):
             taken.append(Source(d.doc.name, d.doc.page_at(start), start, end, d.doc.text[start:end],
                                 round(float(scores[i]), 4)))
     return taken
@@ -211,9 +211,14 @@ def _joinable(taken: list[Source], document: str, start: int, end: int, page: tu
         a, b = min(start, s.start), max(end, s.end)
         if (s.document == document and page[0] <= s.start and s.end <= page[1]
                 and start - s.end <= JOIN_GAP and s.start - end <= JOIN_GAP and b - a <= JOINED_CHARS
-                and not any(o.document == document and o.start < b and a < o.end for o in taken if o is not s)):
+                and not _overlapped([o for o in taken if o is not s], document, a, b)):
             return j
     return None
+
+
+def _overlapped(taken: list[Source], document: str, start: int, end: int) -> bool:
+    """Whether a source of `document` in `taken` shares a character with [start, end)."""
+    return any(s.document == document and s.start < end and start < s.end for s in taken)
 
 
 def page_bounds(doc: DocumentText, at: int) -> tuple[int, int]:
