@@ -1,0 +1,89 @@
+"""Guided variants on the real questions exact or guided answered at the default
+(MEASUREMENTS#where-guided-loses-real-answers): `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
+
+Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);
+`zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
+too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
+refit_maps.py). One line per (item, variant); a rerun resumes."""
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from app.commands.common import open_engine
+from backend.evals.document_questions import question_items
+from backend.evals.recall import SharedDocuments
+from backend.evals.scoring import score
+from backend.protocol import AUTO_CTX
+from backend.ridgefill.maps import RidgeMaps
+from backend.ridgefill.plan import plan_prefill, plan_ridgefill
+
+RESULTS = "docs/data/realqa-smollm2-s18.jsonl"
+
+
+class ZeroMaps:
+    """Maps that predict a zero stream: RMS-normed and projected, every late K and V is zero."""
+
+    def __init__(self, maps):
+        self.split, self.layers, self.folder, self.warnings = maps.split, maps.layers, f"{maps.folder}-zero", []
+
+    def predict_all(self, h):
+        zero = torch.zeros(h.shape, dtype=torch.float32)
+        return {il: zero for il in self.layers}
+
+
+def fitted_maps(path: str, like) -> RidgeMaps:
+    fit = torch.load(path)
+    return RidgeMaps(like.split, like.n_layer, list(like.layers), Path(path), [], {}, fit["weights"], fit["biases"])
+
+
+def plan_for(engine, name, item, request):
+    base = plan_prefill(engine, request, item.length)
+    g = base.guided
+    if name == "default":
+        return base
+    if name == "zero":
+        return replace(base, maps=ZeroMaps(base.maps), tag=base.tag + "-zero")
+    if name.startswith("maps:"):
+        return replace(base, maps=fitted_maps(name[5:], base.maps), tag=f"{base.tag}-{name}")
+    if name == "wide":
+        return replace(base, guided=replace(g, peaks=32, budget=1024))
+    if name == "fwd":
+        return replace(base, guided=replace(g, forward=80))
+    if name.startswith("lead"):
+        return replace(base, guided=replace(g, also_rows=tuple(range(int(name[4:])))))
+    if name.startswith("band"):
+        a, b = map(int, name[4:].split("-"))
+        return replace(base, guided=replace(g, also_rows=tuple(range(a, b))))
+    if name.startswith("s"):
+        return plan_ridgefill(engine, item.length, "guided", int(name[1:]), base.tail)
+    raise SystemExit(f"unknown variant {name}")
+
+
+def main(out, names, only=None):
+    engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2))
+    answered = {r["id"] for r in map(json.loads, open(RESULTS)) if r["correct"]}
+    items = [i for i in question_items(engine, "realqa") if i.id in answered and (not only or i.id in only)]
+    shared = SharedDocuments(engine, items, None)
+    try:
+        done = {(r["id"], r["variant"]) for r in map(json.loads, open(out))}
+    except FileNotFoundError:
+        done = set()
+    with open(out, "a") as f:
+        for name in names:
+            for item in items:
+                if (item.id, name) in done:
+                    continue
+                request = item.request("guided", None, None)
+                result = shared.complete(item, request, None, plan_for(engine, name, item, request))
+                correct, _ = score(result.text, item.answers, "phrase")
+                f.write(json.dumps({"id": item.id, "variant": name, "correct": correct, "reply": result.text[:200]}) + "\n")
+                f.flush()
+                print(name, item.id, correct, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2].split(","), set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None)
