@@ -1,5 +1,5 @@
 """Guided variants on the real questions exact or guided answered at the default
-(MEASUREMENTS#where-guided-loses-real-answers): `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
+(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text): `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
 
 Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);
 `zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
