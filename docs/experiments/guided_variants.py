@@ -4,7 +4,7 @@
 Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);
 `zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
 too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
-refit_maps.py). One line per (item, variant); a rerun resumes."""
+refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact rows). One line per (item, variant); a rerun resumes."""
 import json
 import sys
 from dataclasses import replace
@@ -35,6 +35,44 @@ class ZeroMaps:
         return {il: zero for il in self.layers}
 
 
+class AdaptedMaps:
+    """The maps plus a ridge correction fitted on ADAPT_ROWS of the document's own exact rows (its last 64
+    and 16 random runs of 32, as many as guided makes exact), pulled toward zero by λ = trace(XᵀX) / d."""
+
+    def __init__(self, maps, engine, item):
+        from backend.protocol import CompletionRequest
+        from backend.ridgefill.stream_capture import capture_streams
+        import numpy as np
+
+        tokens = engine.prompt_tokens(CompletionRequest(messages=item.messages))
+        n, split = len(tokens), maps.split
+        streams = capture_streams(engine, [tokens], [split, *maps.layers], dtype=np.float32)
+        g = torch.Generator().manual_seed(len(tokens))
+        starts = torch.randint(64, n - 96, (16,), generator=g).tolist()
+        rows = torch.unique(torch.cat([torch.arange(n - 64, n)] + [torch.arange(s, s + 32) for s in starts]))
+        x = torch.from_numpy(streams[split])[rows]
+        self.mean = x.mean(0)
+        xc = x - self.mean
+        gram = xc.T @ xc + (xc.pow(2).sum() / xc.shape[1]) * torch.eye(xc.shape[1])
+        base = maps.predict_all(x)
+        self.delta, self.offset = {}, {}
+        for il in maps.layers:
+            resid = torch.from_numpy(streams[il])[rows] - base[il]
+            self.offset[il] = resid.mean(0)
+            self.delta[il] = torch.linalg.solve(gram, xc.T @ (resid - self.offset[il]))
+        self.largest = float(x.norm(dim=1).max())  # rows far outside (row 0, the attention sink) keep the maps' own
+        self.maps, self.split, self.layers, self.warnings = maps, maps.split, maps.layers, []
+        self.folder = f"{maps.folder}-adapted-{item.document}"
+
+    def predict_all(self, h):
+        out = self.maps.predict_all(h)
+        hc = (h.float() - self.mean) * (h.float().norm(dim=1, keepdim=True) <= 2 * self.largest)
+        return {il: out[il] + hc @ self.delta[il] + self.offset[il] for il in self.layers}
+
+
+_adapted = {}
+
+
 def fitted_maps(path: str, like) -> RidgeMaps:
     fit = torch.load(path)
     return RidgeMaps(like.split, like.n_layer, list(like.layers), Path(path), [], {}, fit["weights"], fit["biases"])
@@ -47,6 +85,11 @@ def plan_for(engine, name, item, request):
         return base
     if name == "zero":
         return replace(base, maps=ZeroMaps(base.maps), tag=base.tag + "-zero")
+    if name == "adapt":
+        if item.document not in _adapted:
+            _adapted[item.document] = AdaptedMaps(base.maps, engine, item)
+        maps = _adapted[item.document]
+        return replace(base, maps=maps, tag=f"{base.tag}-{maps.folder}")
     if name.startswith("maps:"):
         return replace(base, maps=fitted_maps(name[5:], base.maps), tag=f"{base.tag}-{name}")
     if name == "wide":
