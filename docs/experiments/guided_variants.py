@@ -1,10 +1,13 @@
 """Guided variants on the real questions exact or guided answered at the default
-(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text): `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
+(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text):
+`guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
 
 Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);
 `zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
 too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
-refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact rows). One line per (item, variant); a rerun resumes."""
+refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact
+rows). One line per (item, variant); a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per
+variant, the right answers, those lost and gained against exact, and the losses per document."""
 import json
 import sys
 from dataclasses import replace
@@ -36,8 +39,8 @@ class ZeroMaps:
 
 
 class AdaptedMaps:
-    """The maps plus a ridge correction fitted on ADAPT_ROWS of the document's own exact rows (its last 64
-    and 16 random runs of 32, as many as guided makes exact), pulled toward zero by λ = trace(XᵀX) / d."""
+    """The maps plus a ridge correction fitted on 576 of the document's own exact rows (its last 64 and 16
+    random runs of 32, about as many as guided makes exact), pulled toward zero by λ = trace(XᵀX) / d."""
 
     def __init__(self, maps, engine, item):
         from backend.protocol import CompletionRequest
@@ -128,5 +131,25 @@ def main(out, names, only=None):
                 print(name, item.id, correct, flush=True)
 
 
-if __name__ == "__main__":
+def summary(out):
+    from collections import Counter
+
+    from backend.evals.document_questions import load_questions
+
+    documents = [q["document"] for q in load_questions("realqa")]
+    exact = {r["id"]: r["correct"] for r in map(json.loads, open(RESULTS)) if r["mode"] == "off"}
+    by_variant = {}
+    for r in map(json.loads, open(out)):
+        by_variant.setdefault(r["variant"], {})[r["id"]] = r["correct"]
+    for name, got in by_variant.items():
+        lost = [i for i in got if exact[i] and not got[i]]
+        gained = [i for i in got if got[i] and not exact[i]]
+        per_doc = Counter(documents[int(i.rsplit("/", 1)[1])] for i in lost)
+        print(f"{name}: n {len(got)}, right {sum(got.values())}, lost {len(lost)}, gained {len(gained)}, "
+              f"lost per document {dict(per_doc.most_common())}")
+
+
+if __name__ == "__main__" and sys.argv[1] == "summary":
+    summary(sys.argv[2])
+elif __name__ == "__main__":
     main(sys.argv[1], sys.argv[2].split(","), set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None)
