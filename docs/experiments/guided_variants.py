@@ -6,7 +6,8 @@ Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80
 `zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
 too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
 refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact
-rows). One line per (item, variant); a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per
+rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a q8_0 K/V
+cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per (item, variant); a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per
 variant, the right answers, those lost and gained against exact, and the losses per document."""
 import json
 import sys
@@ -16,7 +17,8 @@ from types import SimpleNamespace
 
 import torch
 
-from app.commands.common import open_engine
+from app.commands.common import model_path, open_engine
+from backend.engine import Engine, EngineConfig
 from backend.evals.document_questions import question_items
 from backend.evals.recall import SharedDocuments
 from backend.evals.scoring import score
@@ -25,6 +27,7 @@ from backend.ridgefill.maps import RidgeMaps
 from backend.ridgefill.plan import plan_prefill, plan_ridgefill
 
 RESULTS = "docs/data/realqa-smollm2-s18.jsonl"
+GGML_TYPE_Q8_0 = 8
 
 
 class ZeroMaps:
@@ -109,22 +112,42 @@ def plan_for(engine, name, item, request):
     raise SystemExit(f"unknown variant {name}")
 
 
+def engine_for(name):
+    """The default engine, or for `exact-kvq8` / `exact-ubN` one whose arithmetic differs a little."""
+    import backend.engine as engine_module
+
+    args = SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2)
+    if name == "exact-kvq8":
+        f16, engine_module.GGML_TYPE_F16 = engine_module.GGML_TYPE_F16, GGML_TYPE_Q8_0  # the K/V type's one use
+        try:
+            return open_engine(args)
+        finally:
+            engine_module.GGML_TYPE_F16 = f16
+    if name.startswith("exact-ub"):
+        return Engine(EngineConfig(model_path(args), n_ctx=AUTO_CTX, n_threads=2, n_ubatch=int(name[8:])))
+    return open_engine(args)
+
+
 def main(out, names, only=None):
-    engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2))
     answered = {r["id"] for r in map(json.loads, open(RESULTS)) if r["correct"]}
-    items = [i for i in question_items(engine, "realqa") if i.id in answered and (not only or i.id in only)]
-    shared = SharedDocuments(engine, items, None)
     try:
         done = {(r["id"], r["variant"]) for r in map(json.loads, open(out))}
     except FileNotFoundError:
         done = set()
     with open(out, "a") as f:
         for name in names:
+            engine = engine_for(name)
+            items = [i for i in question_items(engine, "realqa") if i.id in answered and (not only or i.id in only)]
+            shared = SharedDocuments(engine, items, None)
             for item in items:
                 if (item.id, name) in done:
                     continue
-                request = item.request("guided", None, None)
-                result = shared.complete(item, request, None, plan_for(engine, name, item, request))
+                if name.startswith("exact"):
+                    request = item.request("off", None, None)
+                    result = shared.complete(item, request, None)
+                else:
+                    request = item.request("guided", None, None)
+                    result = shared.complete(item, request, None, plan_for(engine, name, item, request))
                 correct, _ = score(result.text, item.answers, "phrase")
                 f.write(json.dumps({"id": item.id, "variant": name, "correct": correct, "reply": result.text[:200]}) + "\n")
                 f.flush()
