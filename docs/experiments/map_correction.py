@@ -2,27 +2,15 @@
 rows (its last 64 and 16 random runs of 32), for the first prompt of 8 real-QA documents
 (MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text).
 Prints, per document and per λ scale (λ = scale · trace(XᵀX) / d), the error without and with it."""
-from types import SimpleNamespace
-
 import numpy as np
 import torch
 
-from app.commands.common import open_engine
-from backend.evals.document_questions import question_items
-from backend.protocol import AUTO_CTX, CompletionRequest
-from backend.ridgefill.runtime import runtime
-from backend.ridgefill.stream_capture import capture_streams
+from document_streams import engine_and_maps, first_prompt_streams
 
 SPLIT = 18
-engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2))
-maps = runtime(engine).maps(SPLIT)
-firsts = {}
-for item in question_items(engine, "realqa"):
-    firsts.setdefault(item.document, item)
+engine, maps = engine_and_maps(SPLIT)
 g = torch.Generator().manual_seed(0)
-for document, item in list(firsts.items())[:8]:
-    tokens = engine.prompt_tokens(CompletionRequest(messages=item.messages))
-    streams = capture_streams(engine, [tokens], list(range(SPLIT, engine.info.n_layer)), dtype=np.float32)
+for document, tokens, streams in first_prompt_streams(engine, SPLIT, 8):
     x, n = torch.from_numpy(streams[SPLIT]), len(tokens)
     starts = torch.randint(64, n - 96, (16,), generator=g).tolist()
     fitted = torch.unique(torch.cat([torch.arange(n - 64, n)] + [torch.arange(s, s + 32) for s in starts]))

@@ -4,28 +4,17 @@ For one prompt of each document: the exact streams entering the split and every 
 prediction from the first, and ||predicted - exact|| / ||exact|| per row, averaged over the late layers;
 printed for the bulk rows and for the last T = 64 (the exact tail, where a request could see it)."""
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from app.commands.common import open_engine
-from backend.evals.document_questions import question_items
-from backend.protocol import AUTO_CTX, CompletionRequest
-from backend.ridgefill.runtime import runtime
-from backend.ridgefill.stream_capture import capture_streams
+from document_streams import engine_and_maps, first_prompt_streams
 
 SPLIT = int(sys.argv[1]) if len(sys.argv) > 1 else 18
 TAIL = 64
-engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2))
-maps = runtime(engine).maps(SPLIT)
-first_items = {}
-for item in question_items(engine, "realqa"):
-    first_items.setdefault(item.document, item)
+engine, maps = engine_and_maps(SPLIT)
 print("document, tokens, bulk error, tail error")
-for document, item in first_items.items():
-    tokens = engine.prompt_tokens(CompletionRequest(messages=item.messages))
-    streams = capture_streams(engine, [tokens], list(range(SPLIT, engine.info.n_layer)), dtype=np.float32)
+for document, tokens, streams in first_prompt_streams(engine, SPLIT):
     predicted = maps.predict_all(torch.from_numpy(streams[SPLIT]))
     errors = np.stack([((predicted[il] - torch.from_numpy(streams[il])).norm(dim=1)
                         / torch.from_numpy(streams[il]).norm(dim=1)).numpy() for il in maps.layers]).mean(0)
