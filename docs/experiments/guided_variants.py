@@ -170,6 +170,14 @@ def summary(out):
         per_doc = Counter(documents[int(i.rsplit("/", 1)[1])] for i in lost)
         print(f"{name}: n {len(got)}, right {sum(got.values())}, lost {len(lost)}, gained {len(gained)}, "
               f"lost per document {dict(per_doc.most_common())}")
+    noisy = [got for name, got in by_variant.items() if name.startswith("exact")]
+    if noisy:  # exact's answers that exact itself loses under a change of arithmetic, against guided's losses
+        guided = {r["id"]: r["correct"] for r in map(json.loads, open(RESULTS)) if r["mode"] == "guided"}
+        fragile = {i for got in noisy for i in got if exact[i] and not got[i]}
+        lost = {i for i in noisy[0] if exact[i] and not guided[i]}
+        steady = Counter(documents[int(i.rsplit("/", 1)[1])] for i in lost - fragile)
+        print(f"exact's answers lost by an exact-* variant: {sorted(fragile)}; guided's losses {len(lost)}, "
+              f"{len(lost & fragile)} of them among those; the rest per document {dict(steady.most_common())}")
 
 
 if __name__ == "__main__" and sys.argv[1] == "summary":
