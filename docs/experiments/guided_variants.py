@@ -7,8 +7,10 @@ Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80
 too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
 refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact
 rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a q8_0 K/V
-cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per (item, variant); a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per
-variant, the right answers, those lost and gained against exact, and the losses per document."""
+cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per (item, variant);
+a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per variant, the right answers, those
+lost and gained against exact, and the losses per document; with exact-* variants, also the answers
+exact itself loses under them and guided's losses among those and apart."""
 import json
 import sys
 from dataclasses import replace
@@ -152,6 +154,7 @@ def main(out, names, only=None):
                 f.write(json.dumps({"id": item.id, "variant": name, "correct": correct, "reply": result.text[:200]}) + "\n")
                 f.flush()
                 print(name, item.id, correct, flush=True)
+            engine.close()
 
 
 def summary(out):
