@@ -3,15 +3,17 @@
 `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
 
 Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);
-`zero` (every late layer's K/V of an approximated row written as zeros); `leadN` (rows 0..N-1 exact
-too); `bandA-B` (rows A..B-1 exact too); `maps:FILE.pt` (the default with maps fitted by
-refit_maps.py); `adapt` (the default maps plus a correction fitted on the document's own exact
-rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a q8_0 K/V
+`qwin` (the probe's window cut to the rows after the document); `zero` (every late layer's K/V of an
+approximated row written as zeros); `leadN` (rows 0..N-1 exact too); `bandA-B` (rows A..B-1 exact
+too); `maps:FILE.pt` (the default with maps fitted by refit_maps.py); `kv:FILE.pt` (the late K/V from
+maps fitted to K and V by kv_maps.py); `adapt` (the default maps plus a correction fitted on the
+document's own exact rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a q8_0 K/V
 cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per (item, variant);
 a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per variant, the right answers, those
 lost and gained against exact, and the losses per document; with exact-* variants, also the answers
 exact itself loses under them and guided's losses among those and apart."""
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -100,6 +102,17 @@ def plan_for(engine, name, item, request):
         return replace(base, maps=maps, tag=f"{base.tag}-{maps.folder}")
     if name.startswith("maps:"):
         return replace(base, maps=fitted_maps(name[5:], base.maps), tag=f"{base.tag}-{name}")
+    if name.startswith("kv:"):
+        from kv_maps import KVMaps
+
+        return replace(base, maps=KVMaps(base.maps, name[3:]), tag=f"{base.tag}-{name}")
+    if name == "qwin":  # the probe's rows cut to those after the document (the question and the template)
+        from backend.evals.sources import item_document
+        from backend.sources import place_documents
+
+        tokens = engine.prompt_tokens(request)
+        end = place_documents(engine, tokens, [item_document(item)[0]])[-1].rows.stop
+        return replace(base, guided=replace(g, window=min(g.window, len(tokens) - end)))
     if name == "wide":
         return replace(base, guided=replace(g, peaks=32, budget=1024))
     if name == "fwd":
@@ -118,7 +131,7 @@ def engine_for(name):
     """The default engine, or for `exact-kvq8` / `exact-ubN` one whose arithmetic differs a little."""
     import backend.engine as engine_module
 
-    args = SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2)
+    args = SimpleNamespace(model=None, ctx=AUTO_CTX, threads=int(os.environ.get("THREADS", 2)))  # 1 beside another run
     if name == "exact-kvq8":
         f16, engine_module.GGML_TYPE_F16 = engine_module.GGML_TYPE_F16, GGML_TYPE_Q8_0  # the K/V type's one use
         try:
@@ -127,7 +140,12 @@ def engine_for(name):
             engine_module.GGML_TYPE_F16 = f16
     if name.startswith("exact-ub"):
         return Engine(EngineConfig(model_path(args), n_ctx=AUTO_CTX, n_threads=2, n_ubatch=int(name[8:])))
-    return open_engine(args)
+    engine = open_engine(args)
+    if name.startswith("kv:"):
+        from kv_maps import install
+
+        install(engine, name[3:])
+    return engine
 
 
 def main(out, names, only=None):

@@ -1,0 +1,75 @@
+"""Maps fitted to what the late layers' attention reads, not to their input stream, for guided_variants.py
+(`kv:FILE.pt`): `kv_maps.py OUT.pt [SPLIT]`.
+
+The shipped maps predict each late layer's input stream from the stream entering the split; the layer's
+own norm and projections then make K and V from that prediction, and a row's error in K and V is what
+the question's and the answer's attention meet. Here one ridge map per late layer and per K and V goes
+from the split stream, RMS-normed (a K or V row does not scale with its stream), straight to the layer's
+K (before RoPE) and V, on the same calibration rows as the shipped maps (the prose corpus, each text and
+its chat copy, 2,560 tokens, every 4th row; λ chosen on every 5th document held out)."""
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+from app.commands.common import open_engine
+from backend.corpus import corpus_texts
+from backend.ridgefill.fitting import fit_layers, heldout_documents
+from backend.ridgefill.kv_writer import apply_rope
+from backend.ridgefill.runtime import runtime
+from refit_maps import capture  # beside this script
+
+
+def normed(h: torch.Tensor) -> torch.Tensor:
+    return h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def main(out: str, split: int = 18) -> None:
+    engine = open_engine(SimpleNamespace(model=None, ctx=4096, threads=int(os.environ.get("THREADS", 2))))
+    rt = runtime(engine)
+    streams, docs = capture(engine, corpus_texts(), split)
+    targets = {}
+    for il in range(split + 1, engine.info.n_layer):
+        h = streams.pop(il)
+        k, v = rt.writer.compute(il, h, torch.zeros(len(h), dtype=torch.long))  # RoPE at 0 leaves K as it is
+        targets[2 * il], targets[2 * il + 1] = k, v
+    fits = fit_layers(normed(streams[split]), targets, heldout_documents(docs))
+    torch.save({"split": split, "weights": {t: f.weight for t, f in fits.items()},
+                "biases": {t: f.bias for t, f in fits.items()}}, out)
+    print(out, {f"{t // 2}{'kv'[t % 2]}": round(f.heldout_cosine, 4) for t, f in fits.items()}, flush=True)
+
+
+class KVMaps:
+    """The shipped maps' stand-in for the plan: every late layer's "input" is the split stream itself,
+    which `install` makes the writer turn into K and V through the fitted maps."""
+
+    def __init__(self, maps, path: str):
+        self.split, self.layers, self.warnings = maps.split, maps.layers, []
+        self.folder = f"{maps.folder}-kv-{path}"
+
+    def predict_all(self, h):
+        return {il: h for il in self.layers}
+
+
+def install(engine, path: str) -> None:
+    """The engine's K/V writer computes the late layers fitted here from the split stream it is given."""
+    fit = torch.load(path)
+    writer, own = runtime(engine).writer, runtime(engine).writer.compute
+    kv_layers = {t // 2 for t in fit["weights"]}
+
+    def compute(il, h, pos):
+        if il not in kv_layers:
+            return own(il, h, pos)
+        ll = writer.layout.layers[il]
+        x = normed(h)
+        k = x @ fit["weights"][2 * il].T + fit["biases"][2 * il]
+        v = x @ fit["weights"][2 * il + 1].T + fit["biases"][2 * il + 1]
+        k = apply_rope(k.view(-1, ll.n_head_kv, ll.head_dim_k), ll.rope, pos)
+        return k.reshape(k.shape[0], -1), v
+
+    writer.compute = compute
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 18)
