@@ -1,13 +1,13 @@
 """The answer's sources: the places in the attached documents the question itself attends to.
 
-After a request's prefill (any mode) the prompt's last `window` rows (the question and the template's
-assistant header) are decoded again on a spare sequence through the layers below the scoring layer, at
-their true positions, seeing sequence 0's rows before them (the probe of guided mode:
-backend/ridgefill/guided.py). Their queries meet each document row's exact key at that layer, read from
-the cache by the row's cell; the scores of a question about nothing in particular are taken off, as
-guided does. The best rows, distinct passages (two a sentence apart joined), become up to MAX_SOURCES
-sources: the document, the page (PDF), character offsets into the text the app read and the sentence
-around the place.
+After a request's prefill (any mode) the prompt's rows after its documents (the question and the
+template's assistant header, at most `window`) are decoded again on a spare sequence through the layers
+below the scoring layer, at their true positions, seeing sequence 0's rows before them (the probe of
+guided mode: backend/ridgefill/guided.py). Their queries meet each document row's exact key at that
+layer, read from the cache by the row's cell; the scores of a question about nothing in particular are
+taken off, as guided does. The best rows, distinct passages (two a sentence apart joined), become up to
+MAX_SOURCES sources: the document, the page (PDF), character offsets into the text the app read and the
+sentence around the place.
 
 Rows need known cells: RidgeFill's passes, refinement and a prompt-cache reload record them; an exact
 prefill records them through `record_cells` (a cell-recording hook). Rows with none (a RidgeFill
@@ -52,6 +52,9 @@ LEAD_CHARS = 100
 # (docs/MEASUREMENTS.md#sources-neighbouring-places-joined).
 JOIN_GAP = 100
 JOINED_CHARS = 600
+# A row's score is the most any one of the question's rows gives it, not their sum: more real questions'
+# answers among the sources (docs/MEASUREMENTS.md#sources-the-questions-rows-alone).
+ROWS = "max"
 RANKS_LOOKED_AT = 400  # best rows looked at for distinct places
 # A sentence ends at . ? or ! before white space, at a blank line, or at a line break whose next line does
 # not go on in lower case (hard-wrapped prose goes on; a list item or heading does not): guided's "wrap".
@@ -119,6 +122,7 @@ def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, 
     placed = place_documents(engine, tokens, documents) if placed is None else placed
     if not placed:
         return [], "the documents' text was not found in the prompt"
+    window = question_window(tokens, placed, window)
     cand_set = set(engine.slot.record.with_cells(0, len(tokens) - window))
     candidates = [p for d in placed for p in d.rows if p in cand_set]
     if not candidates:
@@ -126,14 +130,22 @@ def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, 
     split = min(default_split(engine.info), engine.info.n_layer - 1)
     layers = GUIDED.scoring_layers(engine.info.n_layer, max(split, 2), rt.swa_layers)
     with one_torch_thread():
-        per_layer = layer_scores(engine, rt, tokens, candidates, probe(engine, tokens, layers, window))
+        per_layer = layer_scores(engine, rt, tokens, candidates, probe(engine, tokens, layers, window), rows=ROWS)
         if contrast:
             other = contrast_prompt(engine, tokens, window)
-            others = layer_scores(engine, rt, other, candidates, probe(engine, other, layers, window))
+            asked = min(window, len(other) - (len(tokens) - window))  # the contrast question's own rows
+            others = layer_scores(engine, rt, other, candidates, probe(engine, other, layers, asked), rows=ROWS)
             scores = contrasted(per_layer, others, layers, GUIDED.pool)
         else:
             scores = combined(per_layer, layers, GUIDED.pool)
     return best_places(placed, candidates, scores, n), ""
+
+
+def question_window(tokens: list[int], placed: list[PlacedDocument], window: int) -> int:
+    """The probe's rows: the prompt's rows after its last document (the question and the template), at
+    most `window`. The document's own last rows among them ranked the real questions' sources worse
+    (docs/MEASUREMENTS.md#sources-the-questions-rows-alone)."""
+    return max(1, min(window, len(tokens) - max(d.rows.stop for d in placed)))
 
 
 def probe(engine, tokens: list[int], layers: list[int], window: int) -> dict[int, np.ndarray]:

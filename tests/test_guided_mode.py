@@ -43,6 +43,20 @@ def test_scores_from_a_hand_made_attention_pattern_select_the_rows_it_points_at(
     assert attention_scores(queries, keys, d, own)[137] < s[137]
 
 
+def test_with_rows_max_one_query_row_that_looks_hard_outranks_many_that_look_a_little():
+    torch.manual_seed(0)
+    n, w, n_head, n_kv, d = 200, 8, 2, 1, 16
+    keys = torch.randn(n, n_kv, d) * 0.1
+    queries = torch.randn(w, n_head, d) * 0.1
+    keys[40, 0] = torch.ones(d) / d**0.5  # seven rows look a little at row 40
+    queries[:7, :] = 2.5 * torch.ones(d) / d**0.5
+    keys[150, 0] = -torch.ones(d) / d**0.5  # the last row (the word that asks) looks hard at row 150
+    queries[7, :] = -6.0 * torch.ones(d) / d**0.5
+    summed, most = attention_scores(queries, keys, d), attention_scores(queries, keys, d, rows="max")
+    assert int(summed.argmax()) == 40
+    assert int(most.argmax()) == 150
+
+
 def test_a_line_break_ends_a_sentence_only_where_the_rule_says():
     from backend.ridgefill.guided import sentence_ends
 

@@ -9,7 +9,7 @@ from backend.completion import complete
 from backend.documents import DocumentText, document_messages, read_document_parts, read_documents
 from backend.prefill import ExactPrefill
 from backend.protocol import CompletionRequest
-from backend.sources import answer_sources, best_places, passage, place_documents, record_cells
+from backend.sources import answer_sources, best_places, passage, place_documents, question_window, record_cells
 from test_document_formats import write_pdf
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -93,6 +93,18 @@ def test_a_folder_gives_its_documents_sorted_by_name(tmp_path):
     (tmp_path / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     (tmp_path / "empty.txt").write_text("")
     assert [d.name for d in read_documents([tmp_path])] == ["a.md", "b.txt"]
+
+
+def test_the_probe_reads_the_question_not_the_documents_last_rows(small_engine):
+    docs = [_doc("a.txt", FACT_A), _doc("b.txt", FACT_B)]
+    tokens = _tokens(small_engine, docs)
+    placed = place_documents(small_engine, tokens, docs)
+    after = len(tokens) - placed[-1].rows.stop  # "Question: ..." and the template's assistant header
+    assert 0 < after < 32
+    assert question_window(tokens, placed, 32) == after
+    assert question_window(tokens, placed, 4) == 4
+    long = _tokens(small_engine, docs, "Who keeps the lighthouse, " + "and who else, " * 20 + "?")
+    assert question_window(long, place_documents(small_engine, long, docs), 32) == 32
 
 
 def test_passage_is_the_sentence_around_the_place_and_longer_when_short():

@@ -134,11 +134,11 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
 
 
 def attention_scores(queries: torch.Tensor, keys: torch.Tensor, head_dim: int,
-                     own_keys: torch.Tensor | None = None, heads: str = "max") -> torch.Tensor:
+                     own_keys: torch.Tensor | None = None, heads: str = "max", rows: str = "sum") -> torch.Tensor:
     """Per bulk row, the attention it gets: queries (w, n_head, d), keys (n, n_head_kv, d) → softmax
     per head and query over the n rows and (causally) the window's own keys (w, n_head_kv, d), summed
-    over the w queries, max (or sum) over heads: (n,). The window's own keys keep a query that looks at
-    its neighbours from spreading that mass over the bulk."""
+    (or max) over the w queries, max (or sum) over heads: (n,). The window's own keys keep a query that
+    looks at its neighbours from spreading that mass over the bulk."""
     n_head, n_head_kv = queries.shape[1], keys.shape[1]
     n = keys.shape[0]
     if own_keys is not None:
@@ -149,7 +149,8 @@ def attention_scores(queries: torch.Tensor, keys: torch.Tensor, head_dim: int,
         w = queries.shape[0]
         future = torch.triu(torch.ones(w, w, dtype=torch.bool), diagonal=1)
         logits[:, :, n:] = logits[:, :, n:].masked_fill(future, float("-inf"))
-    probs = logits.softmax(dim=-1)[:, :, :n].sum(dim=1)
+    probs = logits.softmax(dim=-1)[:, :, :n]
+    probs = probs.sum(dim=1) if rows == "sum" else probs.amax(dim=1)
     return probs.amax(dim=0) if heads == "max" else probs.sum(dim=0)
 
 
@@ -161,7 +162,7 @@ def pooled(scores: torch.Tensor, kernel: int) -> torch.Tensor:
 
 
 def layer_scores(engine, rt, tokens: list[int], candidates: list[int], streams: dict[int, np.ndarray],
-                 *, heads: str = "max", with_window: bool = True) -> dict[int, torch.Tensor]:
+                 *, heads: str = "max", rows: str = "sum", with_window: bool = True) -> dict[int, torch.Tensor]:
     """Per scoring layer, the attention each candidate row (bulk positions with a known cell, in order)
     gets from the window's queries (attention_scores), before pooling."""
     window = len(next(iter(streams.values())))
@@ -175,7 +176,7 @@ def layer_scores(engine, rt, tokens: list[int], candidates: list[int], streams: 
         q = qpath.queries(il, h, pos)
         k = torch.from_numpy(ll.k_cache.rows()[cells].astype(np.float32)).view(len(cells), ll.n_head_kv, ll.head_dim_k)
         own = rt.writer.compute(il, h, pos)[0].view(window, ll.n_head_kv, ll.head_dim_k) if with_window else None
-        s = attention_scores(q, k, ll.head_dim_k, own, heads=heads)
+        s = attention_scores(q, k, ll.head_dim_k, own, heads=heads, rows=rows)
         if candidates[0] == 0:
             s[0] = 0.0  # the first row is an attention sink, whatever the question
         out[il] = s

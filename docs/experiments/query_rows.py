@@ -111,7 +111,10 @@ def variants(engine, d, after_doc: int):
     q_q, c_q = row_scores(d["q"], n, qrows), row_scores(d["c"], n, crows)
     out["question rows only"] = q_q - c_q
     out["question rows, contrast all"] = q_q - c_all
-    out["rows after the document"] = row_scores(d["q"], n, tail(min(G.window, after_doc))) - c_q
+    after = tail(min(G.window, after_doc))
+    out["rows after the document"] = row_scores(d["q"], n, after) - c_q
+    out["rows after the document, rows max"] = row_scores(d["q"], n, after, per_row="max") - \
+        row_scores(d["c"], n, crows, per_row="max")
     for k in (1, 4, 8, 16):
         out[f"last {k} rows"] = row_scores(d["q"], n, tail(k)) - row_scores(d["c"], n, tail(k))
     out["heads summed"] = row_scores(d["q"], n, heads="sum") - row_scores(d["c"], n, heads="sum")
