@@ -1,6 +1,7 @@
 """What map_error.py and map_correction.py share: the embedded model's engine, the maps for a split, and
 for the first question of each real-QA document its prompt's exact streams entering the split and every
 later layer."""
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +14,7 @@ from backend.ridgefill.stream_capture import capture_streams
 
 
 def engine_and_maps(split: int):
-    engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=2))
+    engine = open_engine(SimpleNamespace(model=None, ctx=AUTO_CTX, threads=int(os.environ.get("THREADS", 2))))
     return engine, runtime(engine).maps(split)
 
 

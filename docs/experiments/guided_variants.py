@@ -6,12 +6,13 @@ Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80
 `qwin` (the probe's window cut to the rows after the document); `zero` (every late layer's K/V of an
 approximated row written as zeros); `leadN` (rows 0..N-1 exact too); `bandA-B` (rows A..B-1 exact
 too); `maps:FILE.pt` (the default with maps fitted by refit_maps.py); `kv:FILE.pt` (the late K/V from
-maps fitted to K and V by kv_maps.py); `adapt` (the default maps plus a correction fitted on the
-document's own exact rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a q8_0 K/V
-cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per (item, variant);
-a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per variant, the right answers, those
-lost and gained against exact, and the losses per document; with exact-* variants, also the answers
-exact itself loses under them and guided's losses among those and apart."""
+maps fitted to K and V by kv_maps.py); `scale:FILE.pt` (the late K and V scaled to the exact rows'
+norms: kv_maps.py scales); `adapt` (the default maps plus a correction fitted on the document's own
+exact rows). Exact itself, for its noise floor: `exact` (off, as recorded), `exact-kvq8` (off with a
+q8_0 K/V cache), `exact-ubN` (off with llama.cpp's micro-batch of N rows, not 512). One line per
+(item, variant); a rerun resumes. `guided_variants.py summary OUT.jsonl` prints, per variant, the right
+answers, those lost and gained against exact, and the losses per document; with exact-* variants, also
+the answers exact itself loses under them and guided's losses among those and apart."""
 import json
 import os
 import sys
@@ -102,6 +103,8 @@ def plan_for(engine, name, item, request):
         return replace(base, maps=maps, tag=f"{base.tag}-{maps.folder}")
     if name.startswith("maps:"):
         return replace(base, maps=fitted_maps(name[5:], base.maps), tag=f"{base.tag}-{name}")
+    if name.startswith("scale:"):
+        return replace(base, tag=f"{base.tag}-{name}")
     if name.startswith("kv:"):
         from kv_maps import KVMaps
 
@@ -145,6 +148,10 @@ def engine_for(name):
         from kv_maps import install
 
         install(engine, name[3:])
+    if name.startswith("scale:"):
+        from kv_maps import install_scales
+
+        install_scales(engine, name[6:])
     return engine
 
 

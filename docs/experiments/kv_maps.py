@@ -6,7 +6,8 @@ own norm and projections then make K and V from that prediction, and a row's err
 the question's and the answer's attention meet. Here one ridge map per late layer and per K and V goes
 from the split stream, RMS-normed (a K or V row does not scale with its stream), straight to the layer's
 K (before RoPE) and V, on the same calibration rows as the shipped maps (the prose corpus, each text and
-its chat copy, 2,560 tokens, every 4th row; λ chosen on every 5th document held out)."""
+its chat copy, 2,560 tokens, every 4th row; λ chosen on every 5th document held out).
+`kv_maps.py compare OUT.pt` prints both ways' K and V cosines on real-QA documents."""
 import os
 import sys
 from types import SimpleNamespace
@@ -71,5 +72,74 @@ def install(engine, path: str) -> None:
     writer.compute = compute
 
 
-if __name__ == "__main__":
+def compare(path: str, documents: int = 4) -> None:
+    """The late K and V of the real-QA documents' first prompts (bulk rows), made from the shipped maps'
+    predicted streams and from the maps fitted here, against the exact model's: the mean cosine and the
+    mean norm ratio per layer, averaged over the documents."""
+    from document_streams import engine_and_maps, first_prompt_streams
+
+    fit = torch.load(path)
+    split = fit["split"]
+    engine, maps = engine_and_maps(split)
+    writer = runtime(engine).writer
+    cos = {"shipped": {}, "fitted here": {}}
+    for document, tokens, streams in first_prompt_streams(engine, split, documents):
+        h = torch.from_numpy(streams[split])[1:]  # row 0, the attention sink, left out
+        predicted = maps.predict_all(h)
+        zero = torch.zeros(len(h), dtype=torch.long)
+        for il in maps.layers:
+            exact = writer.compute(il, torch.from_numpy(streams[il])[1:], zero)
+            ours = (normed(h) @ fit["weights"][2 * il].T + fit["biases"][2 * il],
+                    normed(h) @ fit["weights"][2 * il + 1].T + fit["biases"][2 * il + 1])
+            for name, kv in (("shipped", writer.compute(il, predicted[il], zero)), ("fitted here", ours)):
+                for part, got, true in zip("kv", kv, exact):
+                    c = torch.nn.functional.cosine_similarity(got, true, dim=1).mean().item()
+                    r = (got.norm(dim=1) / true.norm(dim=1)).mean().item()
+                    cos[name].setdefault(f"{il}{part}", []).append((c, r))
+        print(document, flush=True)
+    for name, by in cos.items():  # per layer and part: the mean cosine, and the mean norm over the exact one's
+        print(name, {k: tuple(round(sum(x) / len(v), 3) for x in zip(*v)) for k, v in by.items()})
+
+
+def scales(out: str, split: int = 18, sequences: int = 8) -> None:
+    """Per late layer, the factors that bring the shipped maps' K and V rows to the exact rows' norms on
+    average, on the calibration corpus's first `sequences` sequences (not the real-QA set): for
+    guided_variants.py `scale:OUT.pt`."""
+    from backend.ridgefill.calibration_corpus import calibration_sequences
+    from backend.ridgefill.stream_capture import capture_streams
+    import numpy as np
+
+    engine = open_engine(SimpleNamespace(model=None, ctx=4096, threads=int(os.environ.get("THREADS", 2))))
+    rt = runtime(engine)
+    maps, ratios = rt.maps(split), {}
+    for seq in calibration_sequences(engine, corpus_texts(), 2560)[:sequences]:
+        streams = capture_streams(engine, [seq.tokens], list(range(split, engine.info.n_layer)), dtype=np.float32)
+        h = torch.from_numpy(streams[split])[1:]
+        predicted, zero = maps.predict_all(h), torch.zeros(len(h), dtype=torch.long)
+        for il in maps.layers:
+            exact = rt.writer.compute(il, torch.from_numpy(streams[il])[1:], zero)
+            for part, got, true in zip("kv", rt.writer.compute(il, predicted[il], zero), exact):
+                ratios.setdefault((il, part), []).append((true.norm(dim=1) / got.norm(dim=1)).mean().item())
+    factors = {key: sum(v) / len(v) for key, v in ratios.items()}
+    torch.save({"split": split, "factors": factors}, out)
+    print(out, {f"{il}{part}": round(f, 3) for (il, part), f in factors.items()})
+
+
+def install_scales(engine, path: str) -> None:
+    """The engine's K/V writer scales the late layers' K and V by the factors `scales` wrote."""
+    factors = torch.load(path)["factors"]
+    own = runtime(engine).writer.compute
+
+    def compute(il, h, pos):
+        k, v = own(il, h, pos)
+        return k * factors.get((il, "k"), 1.0), v * factors.get((il, "v"), 1.0)
+
+    runtime(engine).writer.compute = compute
+
+
+if __name__ == "__main__" and sys.argv[1] == "scales":
+    scales(sys.argv[2])
+elif __name__ == "__main__" and sys.argv[1] == "compare":
+    compare(sys.argv[2])
+elif __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 18)
