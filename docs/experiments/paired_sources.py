@@ -16,7 +16,8 @@ def main(before_path, after_path):
         b, a = before[key], after[key]
         for group in ((b["mode"], "all"), (b["mode"], b["haystack"])):
             groups.setdefault(group, []).append((b, a))
-    print("| mode, haystack | n | top before → after | any of 3 before → after | top lost / gained | any lost / gained |")
+    print("| mode, haystack | n | top before → after | any of 3 before → after | top lost / gained "
+          "| any lost / gained |")
     print("|---|---|---|---|---|---|")
     for (mode, haystack), pairs in sorted(groups.items()):
         def count(field, which):

@@ -1,12 +1,13 @@
-"""Which of the probe's rows, heads and aggregations rank the real questions' sources best (`off`):
-`query_rows.py dump DIR` keeps (a file per question, resumable), per question, the scoring layer's attention logits of every probe
-row and head over the document's rows (question and contrast question); `query_rows.py replay OUT.pkl`
-ranks them each way and runs the real best_places on each ranking (top and any of 3), on the half of
-the documents the choices are made on and on the held-out half.
+"""Which of the probe's rows, heads and aggregations rank the real questions' sources best (`off`;
+MEASUREMENTS#sources-the-questions-rows-alone): `query_rows.py dump DIR` keeps, a file per question
+(resumable), the scoring layer's attention logits of every probe row and head over the document's rows,
+for the question and the contrast question; `query_rows.py replay DIR` ranks them each way and runs the
+real best_places on each ranking (top and any of 3), on the half of the documents the choices are made
+on and on the held-out half.
 
-The app's ranking (window 32, softmax with the window's own keys, sum over rows, max over heads,
-pool 5, minus the contrast question's) is the variant "kept"; replay checks it gives the recorded
-140 / 171 back."""
+"kept" is the ranking the app had before (the last 32 rows, softmax with the window's own keys, sum over
+rows, max over heads, pool 5, minus the contrast question's); replay gives the recorded 140 / 171 back
+with it. The app's ranking now is "rows after the document, rows max"."""
 import json
 import os
 import pickle
@@ -82,8 +83,8 @@ def row_scores(logits, n, rows=None, heads="max", per_row="sum", pool=G.pool):
     """The ranking of the n candidates from (h, w, n + w) logits: softmax per head and row over all keys,
     the rows in `rows` (all by default), summed (or max) over them, max (or sum) over heads, pooled,
     scaled to a maximum of 1."""
+    # no sink row to zero (layer_scores): a real-QA document never starts at the prompt's row 0
     probs = torch.from_numpy(logits.astype(np.float32)).softmax(dim=-1)[:, :, :n]
-    assert n, "no candidates"  # the prompt's row 0 (an attention sink) is never a document row here
     if rows is not None:
         probs = probs[:, rows]
     probs = probs.sum(dim=1) if per_row == "sum" else probs.amax(dim=1)
@@ -119,7 +120,8 @@ def variants(engine, d, after_doc: int):
         out[f"last {k} rows"] = row_scores(d["q"], n, tail(k)) - row_scores(d["c"], n, tail(k))
     out["heads summed"] = row_scores(d["q"], n, heads="sum") - row_scores(d["c"], n, heads="sum")
     out["rows max"] = row_scores(d["q"], n, per_row="max") - row_scores(d["c"], n, per_row="max")
-    out["question rows, rows max"] = row_scores(d["q"], n, qrows, per_row="max") - row_scores(d["c"], n, crows, per_row="max")
+    out["question rows, rows max"] = row_scores(d["q"], n, qrows, per_row="max") - \
+        row_scores(d["c"], n, crows, per_row="max")
     out["pool 1"] = row_scores(d["q"], n, pool=1) - row_scores(d["c"], n, pool=1)
     out["ratio"] = q_all / (c_all + 0.1)
     return out
@@ -148,9 +150,10 @@ def replay(engine, path):
                 n, top, anyh = table.setdefault(name, {}).get(group, (0, 0, 0))
                 table[name][group] = (n + 1, top + hit[0], anyh + hit[1])
     groups = ("dev", "held", "all", "exact right")
-    print(f"| ranking (top / any of 3) | {' | '.join(g + ' (n=' + str(table['kept'].get(g, (0,))[0]) + ')' for g in groups)} |")
+    print("| ranking (top / any of 3) | " + " | ".join(f"{g} (n={table['kept'].get(g, (0,))[0]})" for g in groups) + " |")
     for name, by in table.items():
-        print(f"| {name} | " + " | ".join(f"{by.get(g, (0, 0, 0))[1]} / {by.get(g, (0, 0, 0))[2]}" for g in groups) + " |")
+        cells = (by.get(g, (0, 0, 0)) for g in groups)
+        print(f"| {name} | " + " | ".join(f"{top} / {anyh}" for _, top, anyh in cells) + " |")
 
 
 if __name__ == "__main__":
