@@ -131,7 +131,8 @@ def plan_for(engine, name, item, request):
 
 
 def engine_for(name):
-    """The default engine, or for `exact-kvq8` / `exact-ubN` one whose arithmetic differs a little."""
+    """The default engine (its K/V writer patched for `kv:` and `scale:`), or for `exact-kvq8` /
+    `exact-ubN` one whose arithmetic differs a little."""
     import backend.engine as engine_module
 
     args = SimpleNamespace(model=None, ctx=AUTO_CTX, threads=int(os.environ.get("THREADS", 2)))  # 1 beside another run
