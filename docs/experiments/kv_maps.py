@@ -7,7 +7,8 @@ the question's and the answer's attention meet. Here one ridge map per late laye
 from the split stream, RMS-normed (a K or V row does not scale with its stream), straight to the layer's
 K (before RoPE) and V, on the same calibration rows as the shipped maps (the prose corpus, each text and
 its chat copy, 2,560 tokens, every 4th row; λ chosen on every 5th document held out).
-`kv_maps.py compare OUT.pt` prints both ways' K and V cosines on real-QA documents."""
+`kv_maps.py compare OUT.pt` prints both ways' K and V cosines and norms on real-QA documents;
+`kv_maps.py scales OUT.pt` writes per-layer factors for guided_variants.py `scale:OUT.pt`."""
 import os
 import sys
 from types import SimpleNamespace
@@ -26,8 +27,19 @@ def normed(h: torch.Tensor) -> torch.Tensor:
     return h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
+def fitted_kv(fit: dict, il: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer `il`'s K (before RoPE) and V rows from the split stream h, through the maps fitted here."""
+    x = normed(h)
+    return (x @ fit["weights"][2 * il].T + fit["biases"][2 * il],
+            x @ fit["weights"][2 * il + 1].T + fit["biases"][2 * il + 1])
+
+
+def calibration_engine():
+    return open_engine(SimpleNamespace(model=None, ctx=4096, threads=int(os.environ.get("THREADS", 2))))
+
+
 def main(out: str, split: int = 18) -> None:
-    engine = open_engine(SimpleNamespace(model=None, ctx=4096, threads=int(os.environ.get("THREADS", 2))))
+    engine = calibration_engine()
     rt = runtime(engine)
     streams, docs = capture(engine, corpus_texts(), split)
     targets = {}
@@ -63,9 +75,7 @@ def install(engine, path: str) -> None:
         if il not in kv_layers:
             return own(il, h, pos)
         ll = writer.layout.layers[il]
-        x = normed(h)
-        k = x @ fit["weights"][2 * il].T + fit["biases"][2 * il]
-        v = x @ fit["weights"][2 * il + 1].T + fit["biases"][2 * il + 1]
+        k, v = fitted_kv(fit, il, h)
         k = apply_rope(k.view(-1, ll.n_head_kv, ll.head_dim_k), ll.rope, pos)
         return k.reshape(k.shape[0], -1), v
 
@@ -89,9 +99,8 @@ def compare(path: str, documents: int = 4) -> None:
         zero = torch.zeros(len(h), dtype=torch.long)
         for il in maps.layers:
             exact = writer.compute(il, torch.from_numpy(streams[il])[1:], zero)
-            ours = (normed(h) @ fit["weights"][2 * il].T + fit["biases"][2 * il],
-                    normed(h) @ fit["weights"][2 * il + 1].T + fit["biases"][2 * il + 1])
-            for name, kv in (("shipped", writer.compute(il, predicted[il], zero)), ("fitted here", ours)):
+            for name, kv in (("shipped", writer.compute(il, predicted[il], zero)),
+                             ("fitted here", fitted_kv(fit, il, h))):
                 for part, got, true in zip("kv", kv, exact):
                     c = torch.nn.functional.cosine_similarity(got, true, dim=1).mean().item()
                     r = (got.norm(dim=1) / true.norm(dim=1)).mean().item()
@@ -109,7 +118,7 @@ def scales(out: str, split: int = 18, sequences: int = 8) -> None:
     from backend.ridgefill.stream_capture import capture_streams
     import numpy as np
 
-    engine = open_engine(SimpleNamespace(model=None, ctx=4096, threads=int(os.environ.get("THREADS", 2))))
+    engine = calibration_engine()
     rt = runtime(engine)
     maps, ratios = rt.maps(split), {}
     for seq in calibration_sequences(engine, corpus_texts(), 2560)[:sequences]:
