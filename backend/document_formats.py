@@ -122,13 +122,20 @@ def read_docx(p: Path) -> str:
         lines = []
         for block in docx.Document(str(p)).iter_inner_content():
             if isinstance(block, Table):
-                for row in block.rows:
-                    cells = [cell.text for cell in row.cells]
-                    # a merged cell appears once per grid column it spans: keep it once
-                    lines.append("\t".join(c for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]))
+                lines.extend("\t".join(_row_cells(row, block)) for row in block.rows)
             else:
                 lines.append(block.text)
         return "\n".join(lines)
+
+
+def _row_cells(row, table) -> Iterator[str]:
+    """Each cell of a table row once. python-docx's `row.cells` repeats a merged cell once per grid column
+    it spans, as many times as the file's gridSpan says: a small hostile file can ask for 2,000,000,000."""
+    from docx.table import _Cell
+
+    for tc in row._tr.tc_lst:
+        # the lower rows of a vertically merged cell hold nothing of their own: its text is in the top row
+        yield "" if tc.vMerge == "continue" else _Cell(tc, table).text
 
 
 def html_text(raw: bytes, name: str) -> str:
@@ -159,12 +166,15 @@ def read_epub(p: Path) -> str:
         package_path = container.find(f".//{_CONTAINER_NS}rootfile").get("full-path")
         package = etree.fromstring(archive.read(package_path), parser)
         manifest = {item.get("id"): item for item in package.iterfind(".//opf:manifest/opf:item", _OPF_NS)}
-        chapters = []
+        chapters, members = [], set()
         for ref in package.iterfind(".//opf:spine/opf:itemref", _OPF_NS):
             item = manifest.get(ref.get("idref"))
             if item is None or "html" not in (item.get("media-type") or ""):
                 continue  # the spine may name images or other media: they hold no text
             member = posixpath.normpath(posixpath.join(posixpath.dirname(package_path), unquote(item.get("href"))))
+            if member in members:
+                continue  # read once: a spine naming one chapter 100,000 times would unpack it as often
+            members.add(member)
             chapters.append(html_text(archive.read(member), f"{p.name}: {member}").strip())
         return "\n\n".join(chapter for chapter in chapters if chapter)
 

@@ -52,13 +52,14 @@ def write_docx(path):
     return path
 
 
-def write_epub(path, chapters: dict[str, str]):
-    """An EPUB 3 as the spec lays it out: mimetype first and stored, container, package, chapters."""
+def write_epub(path, chapters: dict[str, str], spine_order: list[str] | None = None):
+    """An EPUB 3 as the spec lays it out: mimetype first and stored, container, package, chapters.
+    `spine_order`: the chapters' names in reading order (default: as given)."""
     # the manifest lists the chapters backwards: the spine, not the manifest, gives the reading order
     items = "".join(f'<item id="{n}" href="text/{n}.xhtml" media-type="application/xhtml+xml"/>'
                     for n in reversed(chapters))
     items += '<item id="cover" href="cover.png" media-type="image/png"/>'
-    spine = '<itemref idref="cover"/>' + "".join(f'<itemref idref="{n}"/>' for n in chapters)
+    spine = '<itemref idref="cover"/>' + "".join(f'<itemref idref="{n}"/>' for n in spine_order or chapters)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
         z.writestr("META-INF/container.xml",
@@ -99,6 +100,24 @@ def test_a_word_document_reads_as_text_in_order_with_its_table(tmp_path):
     assert "Europe\t500" in text
 
 
+def test_merged_table_cells_are_read_once_however_many_columns_the_file_says_they_span(tmp_path, monkeypatch):
+    import docx
+    import docx.table
+
+    document = docx.Document()
+    table = document.add_table(rows=3, cols=2)
+    for r, row in enumerate([("Region", "Limit"), ("", "500"), ("", "600")]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    table.cell(1, 0).merge(table.cell(2, 0)).text = "Europe"  # Europe spans two rows
+    table.rows[1]._tr.tc_lst[1].grid_span = 2_000_000_000  # and "500" says it spans two billion columns
+    document.save(tmp_path / "merged.docx")
+    # python-docx's row.cells would build a tuple of two billion cells (16 GB)
+    monkeypatch.setattr(docx.table._Row, "cells", property(lambda row: pytest.fail("row.cells expands merged cells")))
+    text = read_document(tmp_path / "merged.docx")
+    assert text.splitlines() == ["Region\tLimit", "Europe\t500", "\t600"]
+
+
 def test_a_web_page_reads_as_its_visible_text(tmp_path):
     page = tmp_path / "saved page.html"
     page.write_text("<html><head><title>Manual</title><style>p {color: red}</style><script>var secret = 1;"
@@ -116,6 +135,14 @@ def test_an_epub_reads_its_chapters_in_reading_order(tmp_path):
     text = read_document(book)
     assert text.index("Chapter one") < text.index("It begins.") < text.index("Chapter two") < text.index(FACT)
     assert "PNG" not in text  # the cover image in the spine holds no text
+
+
+def test_a_chapter_the_spine_names_many_times_is_read_once(tmp_path):
+    # a hostile spine could name one large chapter 100,000 times: the archive's size check counts it once
+    book = write_epub(tmp_path / "book.epub", {"one": "<p>It begins.</p>", "two": f"<p>{FACT}</p>"},
+                      spine_order=["one"] + ["two"] * 1000)
+    text = read_document(book)
+    assert text.count(FACT) == 1 and text.index("It begins.") < text.index(FACT)
 
 
 def test_an_opendocument_text_reads_its_headings_and_paragraphs(tmp_path):

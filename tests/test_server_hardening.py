@@ -132,6 +132,14 @@ def test_a_well_formed_request_is_answered():
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hi"
 
 
+def test_an_unknown_model_named_with_half_a_surrogate_pair_gets_404_not_a_500():
+    # the 404's message shows the name: raw, its JSON could not be encoded as UTF-8
+    raw = json.dumps({**CHAT, "model": "gpt\ud800"}).encode()
+    r = client().post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert "gpt\\ud800" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", None])
 def test_a_body_not_sent_as_json_gets_415(ctype):
     headers = {"Content-Type": ctype} if ctype else {}

@@ -50,6 +50,7 @@ from app.server.schema import (
     new_id,
     parse_request,
     response,
+    shown,
     usage_chunk,
 )
 from backend.protocol import TokenEvent
@@ -182,7 +183,7 @@ class ApiServer:
         mid = model_id(info)
         if wanted is None or wanted in (mid, Path(info.model_path).name, info.model_name):
             return mid
-        raise ApiError(404, f"The model '{wanted}' does not exist here; this server runs '{mid}' "
+        raise ApiError(404, f"The model {shown(wanted)} does not exist here; this server runs '{mid}' "
                        "(GET /v1/models).", param="model", code="model_not_found")
 
     def _check_room(self) -> None:
