@@ -6,6 +6,7 @@ Where the OS reads files relative to an open folder (Linux, macOS: `dir_fd`), th
 a file is never followed through a link, never waited on (a FIFO), and never read past a size limit."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from contextlib import contextmanager
@@ -15,6 +16,16 @@ from typing import Iterator
 # Relative reads need all three; Windows has none of them.
 BY_DIR_FD = all(hasattr(os, name) for name in ("O_DIRECTORY", "O_NOFOLLOW", "O_NONBLOCK")) \
     and os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd and os.utime in os.supports_dir_fd
+
+
+# OSErrors that say nothing about an entry's bytes: too many open files, a permission, an I/O error
+NOT_ITS_FAULT = frozenset({errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE, errno.EIO, errno.ENOMEM,
+                           errno.EAGAIN, errno.EINTR, errno.EBUSY})
+
+
+def not_its_fault(exc: BaseException) -> bool:
+    """Whether a read failed for a reason outside the entry: it is kept, not removed as damaged."""
+    return isinstance(exc, OSError) and exc.errno in NOT_ITS_FAULT
 
 
 class NotPlainFile(ValueError):

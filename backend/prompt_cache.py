@@ -9,7 +9,8 @@ prompts/ (backend/user_paths.py) holding
 Only JSON and safetensors are read besides the state (no pickle). An entry is written under a hidden name
 and renamed whole (a crash or a full disk leaves no half-written entry); entry.json's mtime is its last use;
 a size limit evicts the least recently used. A bad entry (damaged, malformed, another model's or build's)
-is refused with the reason and removed.
+is refused with the reason and removed; one that cannot be read this time for a reason outside it (too
+many open files, a permission, an I/O error) is refused and kept. Entry shapes: backend/cache_entry_shape.py.
 
 Processes share the folder (the GUI's engine and `serve`, two `chat`s): renames to and from entry names
 happen under one file lock (filelock, `.<root>.lock` beside the folder), a reader reads an entry's files
@@ -37,27 +38,30 @@ import numpy as np
 from filelock import FileLock
 from safetensors import SafetensorError
 
-from .entry_folder import EntryFolder, NotPlainFile, TooLarge, opened
+from .cache_entry_shape import FORMAT, arrays_problem, header_problem, record_problem
+from .entry_folder import EntryFolder, NotPlainFile, TooLarge, not_its_fault, opened
 from .seq_state import MARK_BYTES, StateFormatError, StateLayout, read_layout
 from .user_paths import prompts_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
 DEFAULT_LIMIT_BYTES = 4 * 10**9  # a setting (app/settings.py); 4 GB holds ~25 SmolLM2 documents of 6,000 tokens
 HEADER, STATE, STREAMS = "entry.json", "state.bin", "streams.safetensors"
 WRITE_CHUNK = 16 << 20  # the state is written in pieces, so a save can stop between them
 STALE_S = 3600.0  # a hidden folder this old is a writer that died: removed
 MAX_HEADER_BYTES = 64 << 20  # a 128k-token record is ~1 MB of JSON: anything far larger is not a header
 LOCK_TIMEOUT_S = 60.0  # renames take milliseconds: a lock held this long is a hung process (OSError)
-MAX_TOKEN = 2**31  # token ids are int32 (entry_name)
 
 # What reading a damaged or hostile entry can raise, besides EntryRefused (RecursionError: nested JSON)
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError, SafetensorError)
 
 
 class EntryRefused(Exception):
-    """A saved entry that cannot be used; the message says why (it has been removed)."""
+    """A saved entry that cannot be used; the message says why (it has been removed, unless EntryKept)."""
+
+
+class EntryKept(EntryRefused):
+    """An entry not read this time for a reason outside it (entry_folder.not_its_fault): it is kept."""
 
 
 @dataclass(frozen=True)
@@ -99,65 +103,6 @@ def entry_name(model_key: str, tokens: list[int]) -> str:
     return f"{model_key}-{digest}"
 
 
-def _count(x) -> bool:
-    return type(x) is int and x >= 0  # not bool, not float
-
-
-def record_problem(r) -> str:
-    """What is wrong with a row record's shape ("" when nothing): tokens a list of token ids, approximated
-    ordered runs [start, end, tag] inside the record after its clean rows, n_clean and stream_split counts."""
-    if not isinstance(r, dict):
-        return "the row record is not a JSON object"
-    tokens = r.get("tokens")
-    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < MAX_TOKEN for t in tokens):
-        return "its tokens are not a list of token ids"
-    n, n_clean, runs = len(tokens), r.get("n_clean"), r.get("approximated")
-    if not _count(n_clean) or n_clean > n or not isinstance(runs, list):
-        return f"its clean rows ({str(n_clean)[:20]}) are not a count up to its {n} rows, or its runs not a list"
-    at = n_clean
-    for run in runs:
-        if not (isinstance(run, list) and len(run) == 3 and _count(run[0]) and _count(run[1])
-                and isinstance(run[2], str) and at <= run[0] < run[1] <= n):
-            return f"an approximated run {str(run)[:60]} does not fit rows {at}..{n}"
-        at = run[1]
-    if r.get("stream_split") is not None and not _count(r["stream_split"]):
-        return "its stream split is not a count"
-    return ""
-
-
-def header_problem(h) -> str:
-    """What is wrong with a header's shape ("" when nothing), so callers can trust every field's type."""
-    if not isinstance(h, dict):
-        return "the header is not a JSON object"
-    if h.get("format") != FORMAT:
-        return f"the header has format {str(h.get('format'))[:20]}, this version reads {FORMAT}"
-    build = h.get("build") if isinstance(h.get("build"), dict) else {}
-    for key, ok in [(k, isinstance(h.get(k), str)) for k in ("model_key", "model_name", "state_sha256")] + \
-            [(f"build's {k}", isinstance(build.get(k), str)) for k in ("llama_cpp", "state_mark")] + \
-            [(k, _count(h.get(k))) for k in ("n_tokens", "exact_rows", "clean_rows", "state_bytes")]:
-        if not ok:
-            return f"its {key} is missing or of the wrong type"
-    if ("streams_bytes" in h or "streams_sha256" in h) and not (
-            _count(h.get("streams_bytes")) and isinstance(h.get("streams_sha256"), str)):
-        return "its streams' size or sha256 is malformed"
-    return record_problem(h.get("record"))
-
-
-def arrays_problem(arrays: dict, record: dict) -> str:
-    """What is wrong with the split streams kept for `record` ("" when nothing): from_saved indexes with them."""
-    if arrays and set(arrays) != {"stream_rows", "streams"}:
-        return f"the split streams hold {sorted(arrays)[:4]}, not stream_rows and streams"
-    if not arrays:
-        return ""
-    kept, h = arrays["stream_rows"], arrays["streams"]
-    if kept.ndim != 1 or kept.dtype.kind not in "iu" or h.ndim != 2 or h.dtype != np.float32 or len(h) != len(kept):
-        return f"the split streams' shapes do not fit ({kept.dtype}{kept.shape}, {h.dtype}{h.shape})"
-    n = len(record["tokens"])
-    if record.get("stream_split") is None or (len(kept) and not 0 <= int(kept.min()) <= int(kept.max()) < n):
-        return "the split streams do not fit the row record"
-    return ""
-
-
 class PromptCache:
     """The entries under `root` (default: the user cache's prompts/), at most `limit_bytes` in all."""
 
@@ -179,7 +124,9 @@ class PromptCache:
                 with opened(folder) as files:
                     header, last_used = _header_at(files), files.stat(HEADER).st_mtime
                     ok = not header_problem(header) and stat.S_ISREG(files.stat(STATE).st_mode)
-            except (EntryRefused, *READ_ERRORS):
+            except (EntryRefused, *READ_ERRORS) as exc:
+                if not_its_fault(exc):
+                    continue  # neither listed nor evicted as damaged: tried again next time
                 ok = False
             if ok:
                 out.append(Entry(folder, header, last_used, _size(folder)))
@@ -196,6 +143,8 @@ class PromptCache:
             with opened(entry.folder) as files:
                 return self._read(files, entry, model_key, build)
         except (EntryRefused, *READ_ERRORS) as exc:
+            if not_its_fault(exc):
+                raise EntryKept(f"the saved prompt could not be read this time ({exc}); it is kept") from None
             self.remove(entry)
             if isinstance(exc, EntryRefused):
                 raise
@@ -336,7 +285,9 @@ class PromptCache:
         try:
             with opened(folder) as files:
                 here = _header_at(files)
-        except (EntryRefused, *READ_ERRORS):
+        except (EntryRefused, *READ_ERRORS) as exc:
+            if not_its_fault(exc):
+                return None  # unreadable this time, not damaged: it stays
             here = None  # damaged (or gone: the rename below fails)
         if here is not None and not header_problem(here) and not _same(here, header):
             return None  # another process's entry now

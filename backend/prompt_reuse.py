@@ -25,7 +25,7 @@ import numpy as np
 from .engine import CancelCheck, Engine
 from .errors import EngineError
 from .row_record import RowRecord
-from .prompt_cache import Build, Entry, EntryRefused, PromptCache
+from .prompt_cache import Build, Entry, EntryKept, EntryRefused, PromptCache
 from .seq_state import MARK_BYTES, read_layout
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,8 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
             raise EntryRefused(why)
     except (EntryRefused, ValueError, EngineError) as exc:
         engine.slot.truncate(0)
-        cache.remove(entry)
+        if not isinstance(exc, EntryKept):
+            cache.remove(entry)
         log.warning("prompt cache entry %s refused: %s", entry.folder.name, exc)
         return f"prompt cache: {exc}; prefilled the prompt instead."
     log.info("prompt cache: loaded %s rows in %.0f ms", len(rows), (time.perf_counter() - t0) * 1000)

@@ -179,6 +179,30 @@ def test_a_bad_entry_is_refused_the_prompt_prefilled_and_the_entry_removed(engin
     assert not _left(cache)  # nothing left, hidden or not
 
 
+def test_an_entry_unreadable_this_time_is_prefilled_around_and_kept_for_the_next_request(engines, saved, cache,
+                                                                                      monkeypatch):
+    import backend.prompt_cache as pc
+
+    _, b = engines
+    toks, tag = saved[0], saved[1]
+    folder = copy_of(saved, cache)
+    b.slot.truncate(0)
+    read_file = pc._read_file
+
+    def too_many_open_files(files, name, limit):
+        if name == STATE:  # the header reads: the entry is found, and its state fails
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_file(files, name, limit)
+
+    with monkeypatch.context() as m:
+        m.setattr(pc, "_read_file", too_many_open_files)
+        note = restore(b, cache, toks, tag)
+    assert "it is kept" in note and "prefilled the prompt instead" in note
+    assert folder.exists() and len(cache.entries()) == 1
+    b.slot.truncate(0)
+    assert restore(b, cache, toks, tag) == "" and len(b.slot.record) == len(toks)
+
+
 def test_a_refused_entry_leaves_the_request_exact_and_its_reason_in_the_note(engines, cache, model_path):
     a, b = engines
     doc = a.detokenize(induction_prompt(a, 400)[1:])

@@ -4,6 +4,7 @@ never removes or clears away what another just wrote. Synthetic entries (tests/f
 except for the idle work's save that fails while the live document stays."""
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import backend.prompt_cache as pc
-from backend.prompt_cache import HEADER, STATE, STREAMS, EntryRefused, PromptCache
+from backend.prompt_cache import HEADER, STATE, STREAMS, EntryKept, EntryRefused, PromptCache
 from fuzz_cache import BUILD, KEY, check_loaded, save_synthetic, synthetic_facts, synthetic_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +108,26 @@ def test_unreadable_folders_count_against_the_limit_and_are_evicted_first(tmp_pa
     cache.limit_bytes = good.n_bytes + 10  # room for the good one only
     cache.evict()
     assert not bad.folder.exists() and good.folder.exists()
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.EACCES, errno.EIO])
+def test_an_entry_unreadable_this_time_for_a_reason_outside_it_is_refused_and_kept(cache, monkeypatch, code):
+    entry = save_synthetic(cache, synthetic_facts(list(range(40))))
+    real_read = pc._read_file
+
+    def failing(*args, **kw):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(pc, "_read_file", failing)  # the state: the load fails and tries to remove it
+    with pytest.raises(EntryKept, match="it is kept"):
+        _load(cache, entry)
+    monkeypatch.setattr(pc, "_header_at", failing)  # now every header: listing, removing and evicting
+    assert cache.entries() == [] and not cache.remove(entry)
+    cache.limit_bytes = 0
+    cache.evict()
+    monkeypatch.undo()
+    assert entry.folder.exists() and pc._read_file is real_read
+    check_loaded(_load(cache, entry))  # the next time it reads, it loads
 
 
 def test_a_state_whose_cell_count_is_huge_is_refused_before_any_allocation(cache):
