@@ -10,6 +10,7 @@ EPUB library (ebooklib) is AGPL-licensed and would bind the bundled app to it.
 from __future__ import annotations
 
 import codecs
+import errno
 import posixpath
 import re
 import zipfile
@@ -26,15 +27,27 @@ from .errors import DocumentError
 # binary files (images, archives, Word's .docx) more; a log with a colour code (ESC) per line stays below.
 MAX_NOT_TEXT_SHARE = 0.05
 _NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls (category Cc) but \t\n\v\f\r; U+FFFD
-# A .docx, .epub or .odt whose members would unpack to more than this is refused (a zip bomb, not a book).
+# A .docx, .epub or .odt whose members would unpack to more than this is refused (a zip bomb, not a book),
+# and so is a text or web page file larger than this (over 100 million tokens).
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 PAGE_SEPARATOR = "\n\n"  # between a PDF's pages in the text
 
+# Reading failed for the system's reason (a permission, a disk, a file gone), not the file's bytes
+_SYSTEM_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EIO, errno.ENOENT, errno.EMFILE, errno.ENFILE,
+                            errno.ENOMEM, errno.EISDIR})
 _SAVE_AGAIN = "Open it in the program that made it and save it again, or export it as PDF or plain text."
 
 
 def read_text(p: Path) -> str:
-    return decode_text(p.read_bytes(), p.name)
+    return decode_text(_read_bounded(p), p.name)
+
+
+def _read_bounded(p: Path) -> bytes:
+    """A text or web page file's bytes, refused past MAX_UNPACKED_BYTES: no model's context holds that much."""
+    if (size := p.stat().st_size) > MAX_UNPACKED_BYTES:
+        raise DocumentError(f"{p.name} is {size >> 20:,} MB of text: far more than any model's context holds. "
+                            "Attach the part you want to ask about.")
+    return p.read_bytes()
 
 
 def decode_text(raw: bytes, name: str) -> str:
@@ -68,6 +81,8 @@ def _refused_if_broken(name: str, kind: str) -> Iterator[None]:
     except DocumentError:
         raise
     except Exception as exc:  # noqa: BLE001 - the parsers' own errors on bad input are many and undocumented
+        if isinstance(exc, OSError) and exc.errno in _SYSTEM_ERRNOS:
+            raise  # not the file's bytes: documents.read_document_parts says so, not "damaged"
         reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:160]
         raise DocumentError(f"{name} could not be read as {kind} ({reason}). {_SAVE_AGAIN}") from exc
 
@@ -148,7 +163,7 @@ def html_text(raw: bytes, name: str) -> str:
 
 
 def read_html(p: Path) -> str:
-    return html_text(p.read_bytes(), p.name)
+    return html_text(_read_bounded(p), p.name)
 
 
 _XML_PARSER_OPTIONS = {"resolve_entities": False, "no_network": True}  # a document may not fetch or expand

@@ -49,10 +49,14 @@ def read_document_parts(path: str | Path) -> DocumentText:
     if not p.is_file():
         raise DocumentError(f"Document not found: {p}. Check the path.")
     suffix = p.suffix.lower()
-    if suffix == ".pdf":
-        text, page_starts = formats.read_pdf(p)
-    else:
-        text, page_starts = _READERS.get(suffix, formats.read_text)(p), ()
+    try:
+        if suffix == ".pdf":
+            text, page_starts = formats.read_pdf(p)
+        else:
+            text, page_starts = _READERS.get(suffix, formats.read_text)(p), ()
+    except OSError as exc:  # a permission, a disk gone, a file removed meanwhile
+        raise DocumentError(f"{p.name} could not be read ({exc.strerror or exc}). Check that the file is there "
+                            "and that you may read it, then attach it again.") from exc
     if not text.strip():
         raise EmptyDocumentError(f"{p.name} is empty: there is nothing to ask about. Choose a document with text.")
     return DocumentText(p.name, text, page_starts)
@@ -88,9 +92,14 @@ def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
         if not p.is_dir():
             out.append(read_document_parts(p))
             continue
+        try:
+            files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in DOCUMENT_SUFFIXES
+                            and not f.name.startswith(".")), key=lambda f: f.name)
+        except OSError as exc:
+            raise DocumentError(f"The folder {p} could not be read ({exc.strerror or exc}). Check that you may "
+                                "open it, or attach the files themselves.") from exc
         found = []
-        for f in sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in DOCUMENT_SUFFIXES
-                         and not f.name.startswith(".")), key=lambda f: f.name):
+        for f in files:
             try:
                 found.append(read_document_parts(f))
             except DocumentError:

@@ -3,11 +3,12 @@ unreadable refused with what to do."""
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from backend import document_formats
-from backend.documents import DOCUMENT_SUFFIXES, read_document, read_document_parts
+from backend.documents import DOCUMENT_SUFFIXES, read_document, read_document_parts, read_documents
 from backend.errors import DocumentError
 
 FACT = "The daily limit is 500 requests."
@@ -207,6 +208,32 @@ def test_an_archive_that_would_unpack_to_too_much_is_refused(tmp_path, monkeypat
     monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 1000)
     with pytest.raises(DocumentError, match="manual.docx would unpack to more than"):
         read_document(manual)
+
+
+@pytest.mark.parametrize("name", ["huge.txt", "huge.html"])
+def test_a_text_file_larger_than_any_context_is_refused_before_it_is_read(tmp_path, monkeypatch, name):
+    (tmp_path / name).write_text(FACT * 100)
+    monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 1000)
+    monkeypatch.setattr(Path, "read_bytes", lambda p: pytest.fail("read whole"))
+    with pytest.raises(DocumentError, match=f"{name} is 0 MB of text: far more than any model's context"):
+        read_document(tmp_path / name)
+
+
+def test_a_file_or_folder_the_system_will_not_read_is_refused_with_what_to_do(tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text(FACT)
+    (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.4")
+
+    def denied(*args, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr("pypdf.PdfReader.__init__", denied)
+    for name in ("notes.txt", "manual.pdf"):
+        with pytest.raises(DocumentError, match=f"{name} could not be read \\(Permission denied\\). Check"):
+            read_document(tmp_path / name)
+    monkeypatch.setattr(Path, "iterdir", denied)
+    with pytest.raises(DocumentError, match="could not be read \\(Permission denied\\). Check that you may open"):
+        read_documents([tmp_path])
 
 
 def test_a_binary_file_named_html_is_refused(tmp_path):
