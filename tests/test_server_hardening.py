@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from starlette.testclient import TestClient
 
-from app.engine_protocol import EngineFatal, EngineSettings, TaskDone, TaskEvent
+from app.engine_protocol import EngineFatal, EngineSettings, TaskDone, TaskEvent, TaskFailed, TaskKind
 from app.server.api import ApiServer
 from app.server.gateway import Ticket
 from app.server.schema import ApiError, Defaults, decode_body, parse_request
@@ -28,8 +28,9 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 class FakeGateway:
-    """An engine that answers at once ("answer"), never ("hang"), says one token and goes silent ("stall"), or
-    answers at once at length ("long": 20,000 tokens, some 3 MB of events)."""
+    """An engine that answers at once ("answer"), never ("hang"), says one token and goes silent ("stall"),
+    answers at once at length ("long": 20,000 tokens, some 3 MB of events), or refuses the prompt as too long
+    and then never counts it ("too long")."""
 
     state, problem, document = "ready", "", None
 
@@ -42,6 +43,8 @@ class FakeGateway:
         self.submitted += 1
         ticket = Ticket(kind, payload, deliver)
         ticket.task_id = self.submitted
+        if self.behaviour == "too long" and kind != TaskKind.COUNT:  # and the count never answers
+            deliver(TaskFailed(ticket.task_id, "DocumentTooLongError", "The prompt is too long."))
         if self.behaviour in ("answer", "stall"):
             deliver(TaskEvent(ticket.task_id, TokenEvent(1, "Hi")))
         if self.behaviour == "answer":
@@ -194,6 +197,12 @@ def test_a_stuck_engine_gives_503_then_a_full_queue_answers_429_before_the_body(
     # as too many requests (the client may retry), not as a fault of the server
     r = c.post("/v1/completions", content=b" " * (9 * 1024 * 1024), headers={"Content-Type": "application/json"})
     assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full" and r.headers["Retry-After"] == "1"
+
+
+def test_a_too_long_prompt_gets_its_400_even_when_the_engine_never_counts_it():
+    r = client("too long", stall_timeout_s=0.3).post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "n_ctx" not in r.json()["error"]
 
 
 def test_an_engine_that_goes_silent_mid_answer_gives_504_or_an_error_event():

@@ -291,8 +291,12 @@ class ApiServer:
     async def _failure(self, msg: TaskFailed, p: Parsed) -> ApiError:
         """The engine refused or failed the request: the status and message a client should get."""
         if msg.error_type == "DocumentTooLongError":
-            count = await EngineRun(self.gateway, TaskKind.COUNT, CountRequest(p.request)).result()
-            extra = {}
+            counting, extra = EngineRun(self.gateway, TaskKind.COUNT, CountRequest(p.request)), {}
+            try:
+                count = await asyncio.wait_for(counting.result(), self.stall_timeout_s)
+            except TimeoutError:  # a stuck engine: the 400 goes without its counts, as at once as a 504 would
+                counting.cancel()
+                count = None
             if isinstance(count, TaskDone) and isinstance(count.result, CountResult):
                 c = count.result
                 extra = {"n_prompt_tokens": c.prompt_tokens, "n_ctx": c.n_ctx, "reserved_for_answer": c.reserve}
