@@ -57,6 +57,19 @@ def test_a_map_manifest_is_read_or_refused(data):
     assert run_check("manifest", data) in ("ok", "refused")
 
 
+@FUZZ
+@given(STRATEGIES["tuned"])
+def test_a_tuned_split_record_is_read_or_refused(data):
+    """A record that is not of its shape (a list, Infinity, a split beyond the model) is no split at all."""
+    assert run_check("tuned", data) in ("ok", "refused")
+
+
+@FUZZ
+@given(STRATEGIES["installed"])
+def test_an_installed_model_record_is_read_or_refused(data):
+    assert run_check("installed", data) in ("ok", "refused")
+
+
 def test_the_command_reports_findings_and_rss(capsys):
     from app.cli import run_cli
 

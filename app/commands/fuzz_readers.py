@@ -1,6 +1,7 @@
 """`python -m app fuzz-readers [--examples N] [--reader NAME]`: Hypothesis (a test extra) feeds hostile and damaged
-files to the GGUF walk, a map manifest, settings, conversations and the user's model list: a clean result or the
-reader's documented error, else a finding, printed with its input. tests/test_fuzz_readers.py runs it briefly."""
+files to the GGUF walk, a map manifest, settings, conversations, the user's model list, a tuned split's record and
+an installed model's record (app/commands/fuzz_checks.py): a clean result or the reader's documented error, else a
+finding, printed with its input. tests/test_fuzz_readers.py runs it briefly."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from app.commands.fuzz_checks import CHECKS, TUNED_MODEL
 
 GGUF_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"), "u32": (4, "<I"),
               "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "u64": (10, "<Q"), "i64": (11, "<q"),
@@ -190,7 +193,18 @@ def json_strategies(st) -> dict:
                                                                        "generation": {}, "ridgefill_on": True}),
             "conversation": inputs(conversation) | st.builds(lambda m: json.dumps({**conversation, "messages": [m]}),
                                                              shaped(message)),
-            "catalogue": user_models}
+            "catalogue": user_models, "tuned": inputs(_tuned_template()),
+            "installed": inputs({"filename": "m.gguf", "size_bytes": 5, "installed_at": "2026-12-05T00:00:00Z"})}
+
+
+def _tuned_template() -> dict:
+    """A tuned record as `tune` writes it for TUNED_MODEL (backend/ridgefill/tuned.py)."""
+    from backend.ridgefill.tuned import RECORD_VERSION, model_key
+
+    chosen = {"split": 12, "keeps": True, "bulk_correct": 12, "exact_correct": 12, "n": 12, "ratio": 1.4,
+              "real": {"correct": 6, "exact_correct": 7, "n": 32}}
+    return {"record_version": RECORD_VERSION, "model_key": model_key(TUNED_MODEL), "split": 12,
+            "candidates": [chosen], "ttft_length": 4096, "chosen_by": "recall"}
 
 
 MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2, "n_layer": 4, "d_in": 8, "d_out": 8,
@@ -198,7 +212,7 @@ MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2
                      "files": {"layer_003.safetensors": "0" * 64}}
 
 
-# --- the readers and what each may answer --------------------------------------------------------
+# --- what stops a reader ----------------------------------------------------------------------------
 
 class Hang(Exception):
     """An input past its CPU seconds (raised inside the reader by SIGPROF): a finding."""
@@ -206,128 +220,6 @@ class Hang(Exception):
 
 class OutOfTime(BaseException):
     """The reader's time budget is spent (a BaseException: Hypothesis stops at once, as for Ctrl-C)."""
-
-
-def as_bytes(data) -> bytes:
-    return data if isinstance(data, bytes) else data.encode("utf-8")
-
-def check_gguf(data: bytes, work: Path) -> str:
-    """read_model_header and read_model_info: a ModelInfo of sane numbers, or ModelFileError naming the file."""
-    from backend.errors import ModelFileError
-    from backend.model_file import read_model_header, read_model_info
-
-    path, outcomes = work / "model.gguf", []
-    path.write_bytes(data)
-    for read in (read_model_header, read_model_info):
-        try:
-            info = read(path)
-        except ModelFileError as exc:
-            assert path.name in str(exc) or "GGUF" in str(exc), f"an error that does not name the file: {exc}"
-            outcomes.append("refused")
-            continue
-        counts = (info.n_layer, info.n_embd, info.n_head, info.n_head_kv, info.n_ctx_train, info.head_dim)
-        assert all(isinstance(n, int) and n >= 0 for n in counts), counts
-        outcomes.append("ok")
-    return "/".join(outcomes)
-
-
-def check_manifest(data, work: Path) -> str:
-    """read_manifest: a dict, FormatError or FileNotFoundError; check_publishable: HubError (no files here)."""
-    from backend.hub.errors import HubError
-    from backend.hub.maps_hub import check_publishable
-    from backend.ridgefill.map_format import MANIFEST, FormatError, read_manifest
-
-    folder = work / "maps"
-    folder.mkdir(exist_ok=True)
-    (folder / MANIFEST).write_bytes(as_bytes(data))
-    try:
-        read_manifest(folder)
-        outcome = "ok"
-    except (FormatError, FileNotFoundError):
-        outcome = "refused"
-    try:
-        check_publishable(folder)
-        raise AssertionError("a manifest whose files are absent was taken for publishing")
-    except HubError:
-        pass
-    return outcome
-
-
-def check_settings(data, work: Path) -> str:
-    """Settings.load: typed settings (defaults for the rest); a file that is not an object set aside whole."""
-    from dataclasses import fields
-
-    from app.settings import Settings
-
-    path = work / "settings.json"
-    path.write_bytes(as_bytes(data))
-
-    class At(Settings):
-        @classmethod
-        def path(cls) -> Path:
-            return path
-
-    s, default = At.load(), At()
-    assert all(type(getattr(s, f.name)) is type(getattr(default, f.name)) for f in fields(Settings)), s
-    outcome = _kept_or_set_aside(path, data)
-    s.save()
-    assert _json(At.load()) == _json(s) and path.stat().st_mode & 0o077 == 0  # NaN != NaN: compare as JSON
-    return outcome
-
-
-def check_conversation(data, work: Path) -> str:
-    """load: a Conversation, ValueError or OSError; load_all: the good ones (a bad file set aside whole)."""
-    from app.conversations import ConversationStore
-
-    store = ConversationStore(work)
-    path = work / "abc123.json"
-    path.write_bytes(as_bytes(data))
-    try:
-        store.load("abc123")
-    except (ValueError, OSError):
-        pass
-    convs = store.load_all()
-    outcome = _kept_or_set_aside(path, data)
-    for c in convs:
-        store.save(c)
-        assert _json(store.load(c.id)) == _json(c) and store._file(c.id).stat().st_mode & 0o077 == 0
-    return outcome
-
-
-def check_catalogue(data, work: Path) -> str:
-    """load_catalogue: built-ins plus the user's good entries; adding one keeps every item the file held."""
-    from backend.hub.catalogue import _read_user_items, add_hub, find_entry, load_catalogue
-
-    path = work / "user_models.json"
-    path.write_bytes(as_bytes(data))
-    entries = load_catalogue(path)
-    for e in entries:
-        assert find_entry(e.id, entries).id == e.id
-    outcome = _kept_or_set_aside(path, data)
-    before = [d for d in _read_user_items(path) if not (isinstance(d, dict) and d.get("id") == "o-x")]
-    add_hub("o/r", "x.gguf", path)
-    assert json.dumps(_read_user_items(path)[:-1]) == json.dumps(before) and find_entry("o-x", load_catalogue(path))
-    return outcome
-
-
-def _json(obj) -> str:
-    from dataclasses import asdict
-
-    return json.dumps(asdict(obj), sort_keys=True)
-
-
-def _kept_or_set_aside(path: Path, data) -> str:
-    """'kept' when the file is still there, 'set aside' when it moved whole to NAME.bad-<time>."""
-    aside = list(path.parent.glob(path.name + ".bad-*"))
-    if path.exists():
-        assert not aside, "a file both kept and set aside"
-        return "kept"
-    assert len(aside) == 1 and aside[0].read_bytes() == as_bytes(data), "a set-aside file lost its bytes"
-    return "set aside"
-
-
-CHECKS = {"gguf": check_gguf, "manifest": check_manifest, "settings": check_settings,
-          "conversation": check_conversation, "catalogue": check_catalogue}
 
 
 # --- the run --------------------------------------------------------------------------------------

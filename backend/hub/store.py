@@ -37,11 +37,16 @@ def model_path(entry: ModelEntry, settings: HubSettings) -> Path | None:
 
 
 def read_record(folder: Path) -> dict | None:
+    """The installed file's record, or None when it is missing, damaged or not of its shape (a file name
+    in `folder`, a size in bytes)."""
     try:
         rec = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-        return rec if {"filename", "size_bytes"} <= rec.keys() else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         return None
+    name = rec.get("filename") if isinstance(rec, dict) else None
+    ok = isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name \
+        and type(rec.get("size_bytes")) is int
+    return rec if ok else None
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:

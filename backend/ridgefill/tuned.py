@@ -48,10 +48,11 @@ def read_tuned(info, root: Path | None = None) -> dict | None:
         return None
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-        ok = (rec.get("record_version") == RECORD_VERSION and rec.get("model_key") == model_key(info)
-              and 1 <= int(rec["split"]) <= int(info.n_layer) - 2)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         return None
+    ok = (isinstance(rec, dict) and rec.get("record_version") == RECORD_VERSION
+          and rec.get("model_key") == model_key(info)
+          and type(rec.get("split")) is int and 1 <= rec["split"] <= int(info.n_layer) - 2)
     return rec if ok else None
 
 
@@ -70,9 +71,16 @@ def write_tuned(info, record: dict, root: Path | None = None) -> Path:
 
 def summary(rec: dict | None) -> str:
     """One line for the RidgeFill panel: "S = 18, chosen: recall 12/12 as exact, real questions 7/32 (exact
-    7/32), 1.2× at 4K"."""
+    7/32), 1.2× at 4K"; the split alone where the record's figures are not of their shape."""
     if not rec:
         return ""
+    try:
+        return _summary(rec)
+    except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited or damaged record's figures
+        return f"S = {rec['split']}: tuned"
+
+
+def _summary(rec: dict) -> str:
     split = rec["split"]
     chosen = next((c for c in rec.get("candidates", []) if c.get("split") == split and c.get("keeps")), None)
     if chosen is None:
