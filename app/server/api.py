@@ -294,7 +294,7 @@ class ApiServer:
             counting, extra = EngineRun(self.gateway, TaskKind.COUNT, CountRequest(p.request)), {}
             try:
                 count = await asyncio.wait_for(counting.result(), self.stall_timeout_s)
-            except TimeoutError:  # a stuck engine: the 400 goes without its counts, as at once as a 504 would
+            except TimeoutError:  # a stuck engine: the 400 goes out without its counts, as late as a 504 would
                 counting.cancel()
                 count = None
             if isinstance(count, TaskDone) and isinstance(count.result, CountResult):

@@ -76,7 +76,7 @@ def summary(rec: dict | None) -> str:
         return ""
     try:
         return _summary(rec)
-    except (AttributeError, KeyError, TypeError, ValueError):  # a hand-edited or damaged record's figures
+    except (ArithmeticError, AttributeError, KeyError, TypeError, ValueError):  # a hand-edited or damaged record
         return f"S = {rec['split']}: tuned"
 
 
