@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+# the model a tuned record is read for (backend/ridgefill/tuned.model_key's facts)
+TUNED_MODEL = SimpleNamespace(architecture="llama", name="m", n_layer=30, n_embd=8, n_head=1, n_head_kv=1,
+                              file_type=1, size_bytes=5)
+
 
 def as_bytes(data) -> bytes:
     return data if isinstance(data, bytes) else data.encode("utf-8")
@@ -149,9 +153,6 @@ def check_installed(data, work: Path) -> str:
     return "refused" if rec is None else "ok"
 
 
-# the model a tuned record is read for (backend/ridgefill/tuned.model_key's facts)
-TUNED_MODEL = SimpleNamespace(architecture="llama", name="m", n_layer=30, n_embd=8, n_head=1, n_head_kv=1,
-                              file_type=1, size_bytes=5)
 CHECKS = {"gguf": check_gguf, "manifest": check_manifest, "settings": check_settings,
           "conversation": check_conversation, "catalogue": check_catalogue, "tuned": check_tuned,
           "installed": check_installed}
