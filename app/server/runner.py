@@ -11,6 +11,7 @@ import time
 import uvicorn
 
 from app.server.api import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S, ApiServer
+from app.server.connections import HEADER_DEADLINE_S, guarded_protocol
 from app.server.deadline import SEND_DEADLINE_S, WriteDeadline
 from app.server.gateway import EngineGateway
 from app.server.guards import allowed_hosts
@@ -84,9 +85,12 @@ class LocalServer:
     def __init__(self, gateway: EngineGateway, *, defaults: Defaults, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  extra_hosts: tuple[str, ...] = (), origins: tuple[str, ...] = (),
-                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, send_deadline_s: float = SEND_DEADLINE_S):
+                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, send_deadline_s: float = SEND_DEADLINE_S,
+                 header_deadline_s: float = HEADER_DEADLINE_S):
         """`extra_hosts`: Host names answered besides loopback and `host`; `origins`: browser origins allowed;
-        `send_deadline_s`: a client that takes no byte of its response for this long loses its connection."""
+        `send_deadline_s`: a client that takes no byte of its response for this long loses its connection;
+        `header_deadline_s`: one that has not sent a request's headers this long after connecting (or after
+        its last answer) loses it too."""
         check_bind(host, api_key)
         self.api = ApiServer(gateway, defaults=defaults, api_key=api_key, max_queue=max_queue,
                              hosts=allowed_hosts(host, extra_hosts), origins=list(origins),
@@ -98,6 +102,7 @@ class LocalServer:
         self.port = self._sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(
             self.write_deadline, log_config=None, log_level="warning", access_log=False, lifespan="off",
+            http=guarded_protocol(self.api.stats, header_deadline_s),
             limit_concurrency=max(MIN_CONCURRENCY, 4 * self.api.max_queue),
             timeout_graceful_shutdown=3))  # log_config=None: the app's logging set-up stays as it is
         self._thread: threading.Thread | None = None
