@@ -31,6 +31,10 @@ _NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls (categ
 # and so is a text or web page file larger than this (over 100 million tokens).
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 PAGE_SEPARATOR = "\n\n"  # between a PDF's pages in the text
+# A PDF of more pages is refused before pypdf lists them: at some 500 tokens a page it is far more than any
+# model's context, and a page tree that names one branch many times lists millions of pages from a few KB
+# (docs/HARDENING.md#a-pdf-that-lists-millions-of-pages)
+MAX_PDF_PAGES = 10_000
 
 # Reading failed for the system's reason (a permission, a disk, a file gone), not the file's bytes
 _SYSTEM_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EIO, errno.ENOENT, errno.EMFILE, errno.ENFILE,
@@ -98,7 +102,15 @@ def read_pdf(p: Path) -> tuple[str, tuple[int, ...]]:
                 f"{p.name} is protected with a password. Open it in a PDF viewer with its password, save or "
                 "print a copy without one, and attach that copy."
             )
-        pages = [page.extract_text() or "" for page in reader.pages]
+        _refuse_too_many_pages(reader, p.name)
+        pages, chars = [], 0
+        for page in reader.pages:
+            pages.append(page.extract_text() or "")
+            chars += len(pages[-1])
+            if chars > MAX_UNPACKED_BYTES:  # the same page named again and again, each with megabytes of text
+                raise DocumentError(f"{p.name} holds more than {MAX_UNPACKED_BYTES >> 20} million characters of "
+                                    "text: far more than any model's context holds. Attach the pages you "
+                                    "want to ask about (print them to a new PDF).")
     if pages and not any(page.strip() for page in pages):
         raise DocumentError(
             f"{p.name} has no text layer (a scan or pictures of pages): run OCR on it, e.g. ocrmypdf, "
@@ -109,6 +121,21 @@ def read_pdf(p: Path) -> tuple[str, tuple[int, ...]]:
         starts.append(offset)
         offset += len(page) + len(PAGE_SEPARATOR)
     return PAGE_SEPARATOR.join(pages), tuple(starts)
+
+
+def _refuse_too_many_pages(reader, name: str) -> None:
+    """Walk the page tree counting every node it reaches (a branch named twice counts twice, as pypdf would list
+    it) and stop past twice MAX_PDF_PAGES, so that pypdf never lists more; then refuse more pages than that."""
+    stack, reached, budget = [reader.root_object["/Pages"]], 0, 2 * MAX_PDF_PAGES
+    while stack and reached <= budget:
+        node = stack.pop().get_object()
+        reached += 1
+        kids = node.get("/Kids") if hasattr(node, "get") else None
+        if isinstance(kids, list):
+            stack.extend(kids[:budget + 1 - reached])  # enough to pass the budget when there are more
+    if reached > budget or len(reader.pages) > MAX_PDF_PAGES:
+        raise DocumentError(f"{name} lists more than {MAX_PDF_PAGES:,} pages: far more than any model's context "
+                            "holds. Attach the pages you want to ask about (print them to a new PDF).")
 
 
 @contextmanager

@@ -250,3 +250,46 @@ def test_every_format_read_is_offered_by_the_window():
     assert {".pdf", ".docx", ".html", ".htm", ".epub", ".odt", ".txt", ".md"} <= set(DOCUMENT_SUFFIXES)
     for suffix in DOCUMENT_SUFFIXES:
         assert suffix in DOC_SUFFIXES and f"*{suffix}" in DOC_FILTER  # the drop target and the file dialog
+
+
+def write_page_tree(path, levels: int, fan: int):
+    """A PDF of a few KB whose page tree names one branch `fan` times at each of `levels` levels: fan ** levels
+    pages listed, each the same page of one line."""
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    for level in range(levels):
+        node, parent = 2 + level, b"" if level == 0 else b" /Parent %d 0 R" % (1 + level)
+        kids = b" ".join([b"%d 0 R" % (node + 1)] * fan)
+        objs.append(b"<< /Type /Pages%s /Kids [%s] /Count %d >>" % (parent, kids, fan ** (levels - level)))
+    page = 2 + levels
+    text = b"BT /F1 12 Tf 72 720 Td (" + FACT.encode() + b") Tj ET"
+    objs += [b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 612 792] /Contents %d 0 R /Resources << /Font << /F1 "
+             b"%d 0 R >> >> >>" % (page - 1, page + 1, page + 2),
+             b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, obj in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    Path(path).write_bytes(bytes(out))
+    return path
+
+
+def test_a_pdf_listing_more_pages_than_any_context_holds_is_refused_before_they_are_listed(tmp_path):
+    assert read_document_parts(write_page_tree(tmp_path / "book.pdf", levels=1, fan=3)).text.count(FACT) == 3
+    for levels, fan in ((2, 300), (3, 300)):  # 90,000 pages from 4 KB; 27 million (pypdf would need ~20 GB)
+        bomb = write_page_tree(tmp_path / f"bomb{levels}.pdf", levels, fan)
+        assert bomb.stat().st_size < 8_000
+        with pytest.raises(DocumentError, match="more than 10,000 pages.*Attach the pages you want"):
+            read_document(bomb)
+
+
+def test_a_pdf_whose_pages_hold_more_text_than_any_context_is_refused(tmp_path, monkeypatch):
+    pdf = write_page_tree(tmp_path / "book.pdf", levels=1, fan=3)  # 3 pages of FACT's 32 characters
+    monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 2 * len(FACT))
+    with pytest.raises(DocumentError, match="more than .* characters of text"):
+        read_document(pdf)
+    monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 3 * len(FACT))
+    assert read_document(pdf).count(FACT) == 3
