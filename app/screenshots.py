@@ -87,6 +87,7 @@ def _attach(app, window, doc, compare: bool) -> None:
     window.controls.toggle.setChecked(True)
     window.controls.compare.setChecked(compare)
     window.chat.attach_document(doc)
+    _wait(app, lambda: not window.chat.busy(), 120, "the reading")
     _wait(app, lambda: window.chat._task_count is None and window.chat.last_count is not None, 120, "the count")
     _log(window.chat.count_label.text())
 
@@ -146,7 +147,9 @@ def _sources(app, window, path: str, docs: list[str], questions: list[str], max_
     # RidgeFill where the model has usable maps, else exact: the sources come in every mode
     window.controls.toggle.setChecked(window.controls.maps_status in ("verified", "warning"))
     window.controls.compare.setChecked(False)
-    if not window.chat.attach_documents(docs):
+    window.chat.attach_documents(docs)
+    _wait(app, lambda: not window.chat.busy(), 120, "the reading")
+    if len(window.chat.conv.documents) < len(docs):
         raise SystemExit(f"could not attach {docs}: {window.chat.notice.text()}")
     _wait(app, lambda: window.chat._task_count is None and window.chat.last_count is not None, 120, "the count")
     _log(window.chat.count_label.text())

@@ -39,3 +39,11 @@ def wait_count(qtbot, window, timeout_s: float = 60) -> None:
     qtbot.waitUntil(lambda: window.chat._task_count is None and window.chat.last_count is not None,
                     timeout=int(timeout_s * 1000))
     return time.monotonic() - t0
+
+
+def attach(qtbot, window, *paths, timeout_s: float = 60) -> bool:
+    """Attach `paths` as the file dialog or a drop does and wait for their reading (on a worker thread) to end;
+    True when one or more documents were attached."""
+    with qtbot.waitSignal(window.chat.documents_read, timeout=int(timeout_s * 1000)) as read:
+        assert window.chat.attach_documents(paths), "the reading did not start"
+    return read.args[0]

@@ -9,7 +9,7 @@ from app.conversations import Conversation, ConversationStore, Document, Message
 from backend.corpus import corpus_texts  # noqa: E402
 from backend.protocol import TokenEvent  # noqa: E402
 from backend.ridgefill.defaults import DEFAULT_MODE  # noqa: E402
-from tests.gui_helpers import make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
+from tests.gui_helpers import attach, make_window, start_service, wait_count, wait_idle, wait_ready  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_stop_cancels_the_chats_task_and_no_other(qtbot, window, service):
 def test_over_long_document_shows_the_limit_instead_of_sending(qtbot, window, tmp_path):
     doc = tmp_path / "long.txt"
     doc.write_text("\n\n".join(corpus_texts()[:3]), encoding="utf-8")  # ~8K tokens, context 2K
-    assert window.chat.attach_document(doc)
+    assert attach(qtbot, window, doc)
     wait_count(qtbot, window)
     label = window.chat.count_label.text()
     assert "Too long" in label and "limit" in label
@@ -170,7 +170,8 @@ def test_dropping_a_document_attaches_it_and_counts_its_tokens(qtbot, window, tm
     doc.write_text("# Notes\n\n" + corpus_texts()[1][:1500], encoding="utf-8")
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(doc))])
-    window.chat.dropEvent(QDropEvent(QPointF(5, 5), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    with qtbot.waitSignal(window.chat.documents_read):
+        window.chat.dropEvent(QDropEvent(QPointF(5, 5), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
     assert window.chat.conv.document is not None and window.chat.conv.document.name == "notes.md"
     wait_count(qtbot, window)
     c = window.chat.last_count
@@ -179,7 +180,7 @@ def test_dropping_a_document_attaches_it_and_counts_its_tokens(qtbot, window, tm
     assert window.chat.send_btn.isEnabled()
     bad = tmp_path / "empty.txt"
     bad.write_text("  \n", encoding="utf-8")
-    assert not window.chat.attach_document(bad)
+    assert not attach(qtbot, window, bad)
     assert "empty" in window.chat.notice.text()
     assert window.chat.conv.document.name == "notes.md"  # the good document stays
 
@@ -338,3 +339,33 @@ def test_messages_take_the_height_their_wrapped_text_needs_and_no_more(qtbot):
                 assert label.height() >= label.heightForWidth(label.width()), label.text()[:40]
     blank = view.widget().height() - view.messages[-1].geometry().bottom()
     assert blank < 40, f"{blank} px of blank space under the last message"
+
+
+def test_documents_are_read_off_the_gui_thread_and_stop_stops_waiting(qtbot, window, tmp_path, monkeypatch):
+    import threading
+
+    from ui import chat_documents
+
+    chat, release, readers, real_read = window.chat, threading.Event(), [], chat_documents.read_each
+
+    def slow_read(paths, stopped):  # a long PDF: seconds before the reading ends
+        readers.append(threading.current_thread())
+        release.wait(30)
+        return real_read(paths, stopped)
+
+    monkeypatch.setattr(chat_documents, "read_each", slow_read)
+    doc = tmp_path / "manual.txt"
+    doc.write_text("The daily limit is 500 requests. " * 50, encoding="utf-8")
+    assert chat.attach_documents([doc])
+    qtbot.waitUntil(lambda: bool(readers))
+    assert readers[0] is not threading.main_thread(), "the document was read on the GUI thread"
+    assert chat.busy() and "Reading manual.txt" in chat.doc_label.text()
+    assert chat.stop_btn.isEnabled() and not chat.send_btn.isEnabled() and not chat.attach_btn.isEnabled()
+    assert not chat.attach_documents([doc])  # one reading at a time
+    with qtbot.waitSignal(chat.documents_read) as read:
+        chat.stop_btn.click()
+    assert read.args == [False] and "Stopped reading" in chat.notice.text() and not chat.busy()
+    release.set()  # the reading ends after all: what it read is not attached
+    qtbot.wait(300)
+    assert not chat.conv.documents and chat.attach_btn.isEnabled()
+    assert attach(qtbot, window, doc) and chat.conv.documents[0].name == "manual.txt"

@@ -8,7 +8,7 @@ pytest.importorskip("pytestqt")
 
 from app.conversations import Conversation, Document  # noqa: E402
 from backend.corpus import corpus_texts  # noqa: E402
-from tests.gui_helpers import make_window, wait_count, wait_idle  # noqa: E402
+from tests.gui_helpers import attach, make_window, wait_count, wait_idle  # noqa: E402
 # the chat tests' fixtures: a home folder, one engine process for this module, a window on it
 from tests.test_gui_chat import home, service, window  # noqa: E402,F401
 
@@ -49,7 +49,7 @@ def test_chips_appear_under_each_answer_and_a_click_selects_exactly_the_passage(
     from PySide6.QtCore import Qt
 
     doc = harbour(tmp_path)
-    assert window.chat.attach_document(doc)
+    assert attach(qtbot, window, doc)
     text = window.chat.conv.documents[0].text
     for n, question in enumerate(["Who is the lighthouse keeper of Port Ellis?", "And where is the harbour?"], 1):
         ask(qtbot, window, question)
@@ -74,7 +74,7 @@ def test_two_documents_go_with_each_request_and_removing_one_says_so(qtbot, wind
     a = harbour(tmp_path, "a.txt", 700)
     b = write(tmp_path / "b.md", "# Ferries\n\nThe ferry to Saltmere leaves at seven minutes past nine.\n")
     sent = spy_requests(monkeypatch, window)
-    assert window.chat.attach_documents([a, b])  # as the file dialog's multi-select gives them
+    assert attach(qtbot, window, a, b)  # as the file dialog's multi-select gives them
     wait_count(qtbot, window)
     both = window.chat.last_count.prompt_tokens
     assert window.chat.pane.list.count() == 2 and "2 documents" in window.chat.doc_label.text()
@@ -99,17 +99,17 @@ def test_a_folder_attaches_its_readable_documents_and_a_bad_file_keeps_the_other
     write(folder / "a.txt", "Ants carry leaves.")
     (folder / "picture.png").write_bytes(b"\x89PNG\r\n")
     write(folder / "empty.txt", "  ")
-    assert window.chat.attach_documents([folder, tmp_path / "missing.txt"])
+    assert attach(qtbot, window, folder, tmp_path / "missing.txt")
     assert [d.name for d in window.chat.conv.documents] == ["a.txt", "b.md"]
     assert window.chat.conv.documents[0].path == str(folder / "a.txt")
     assert "missing.txt" in window.chat.notice.text()
-    assert not window.chat.attach_document(folder / "a.txt")  # the same again
+    assert not attach(qtbot, window, folder / "a.txt")  # the same again
     assert "attached already" in window.chat.notice.text() and len(window.chat.conv.documents) == 2
 
 
 def test_a_saved_conversation_with_two_documents_reopens_with_two(qtbot, window, service, tmp_path):
     pdf_like = Document("spec.pdf", "Page one text.\n\nPage two text.", (0, 16), str(tmp_path / "spec.pdf"))
-    window.chat.attach_documents([harbour(tmp_path, "a.txt", 500)])
+    attach(qtbot, window, harbour(tmp_path, "a.txt", 500))
     window.chat.conv.documents.append(pdf_like)
     window.chat.conv.messages[:] = []
     window.chat.save()
@@ -269,7 +269,7 @@ def test_a_guided_answer_shades_what_ridgefill_made_exact_beside_its_sources(qtb
     doc = write(tmp_path / "long.txt", "\n\n".join(["Notes on 𝔎𝔢𝔩𝔡𝔢𝔯𝔴𝔦𝔠𝔨 😀."] + paras[:6] + [FACT] + paras[6:]))
     window.controls.toggle.setChecked(True)
     window.controls.mode_box.setCurrentIndex(window.controls.mode_box.findData("guided"))
-    assert window.chat.attach_document(doc)
+    assert attach(qtbot, window, doc)
     window.chat.input.setPlainText("Who is the lighthouse keeper of Port Ellis?")
     assert window.chat.send()
     wait_idle(qtbot, window, 600)

@@ -12,7 +12,8 @@ from PySide6.QtWidgets import QFileDialog
 
 from app import chat_session
 from backend.documents import DOCUMENT_SUFFIXES, DocumentText, read_documents
-from backend.errors import DocumentError
+from app.engine_client import TaskHandle
+from backend.errors import Cancelled, DocumentError
 from ui.source_chips import SourceChips
 
 DOC_SUFFIXES = set(DOCUMENT_SUFFIXES)  # text, .pdf, .docx, .html/.htm/.xhtml, .epub, .odt
@@ -21,11 +22,14 @@ NO_DOCUMENT = ("No document: attach text, PDF, Word (.docx), web page, e-book (.
                "or a folder of them, or drop them here.")
 
 
-def read_each(paths) -> tuple[list[tuple[Path, DocumentText]], list[str]]:
+def read_each(paths, stopped=lambda: False) -> tuple[list[tuple[Path, DocumentText]], list[str]]:
     """Each path's documents with the file each came from (a folder gives its readable files), and one
-    message per path that could not be read: one bad file does not keep the others out."""
+    message per path that could not be read: one bad file does not keep the others out. `stopped()` is
+    asked before each path; True ends the reading with Cancelled."""
     found, errors = [], []
     for path in map(Path, paths):
+        if stopped():
+            raise Cancelled("stopped reading")
         try:
             docs = read_documents([path])
         except DocumentError as exc:
@@ -54,9 +58,39 @@ class ChatDocuments:
         return self.attach_documents([path])
 
     def attach_documents(self, paths) -> bool:
-        """Attach what can be read, after the documents already there; a notice names what could not be read
-        and what was attached already. True when one or more were attached."""
-        found, errors = read_each(paths)
+        """Read `paths` on a worker thread (a long PDF takes seconds: the window stays live, and Stop stops
+        waiting), then attach what could be read after the documents already there; a notice names what
+        could not be read and what was attached already, and `documents_read` says whether one or more were
+        attached. False when nothing was started: no paths, or an answer or a reading is under way."""
+        paths = [Path(p) for p in paths]
+        if not paths or self.busy():
+            return False
+        self._notice("")
+        self.doc_label.setText(f"Reading {', '.join(p.name for p in paths)}…")
+        h = self.jobs.submit("read documents", lambda ctx: read_each(paths, lambda: ctx.cancelled), owner=self,
+                             on_done=lambda read: self._read(h, *read),
+                             on_failed=lambda etype, message: self._read(h, [], [f"Not read ({etype}): {message}"]),
+                             on_cancelled=lambda _message: self._read(h, [], []))
+        self._reading = h
+        self._update_buttons()
+        return True
+
+    def stop_reading(self) -> None:
+        """Stop waiting for the documents being read: nothing of them is attached."""
+        if self._reading is not None:
+            self._reading.cancel()
+            self._read(self._reading, [], ["Stopped reading: nothing was attached."])
+
+    def _read(self, h: TaskHandle, found: list, errors: list[str]) -> None:
+        if h is not self._reading:
+            return  # a reading stopped before it ended
+        self._reading = None
+        added = self._attach_found(found, errors)
+        self._show_document()
+        self._update_buttons()
+        self.documents_read.emit(added)
+
+    def _attach_found(self, found: list, errors: list[str]) -> bool:
         have = {(d.name, d.text) for d in self.conv.documents}
         added = []
         for path, doc in found:

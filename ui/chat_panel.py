@@ -32,6 +32,7 @@ from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionRe
 from backend.sampling import GREEDY, SamplingParams
 from backend.stopping import LOOP_NOTE
 from ui.chat_documents import NO_DOCUMENT, ChatDocuments
+from ui.background import BackgroundJobs
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.document_pane import DocumentPane
@@ -44,7 +45,8 @@ COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted aga
 
 class ChatPanel(ChatDocuments, QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
-    busy_changed = Signal(bool)  # an answer is being produced (switching conversations waits for it)
+    busy_changed = Signal(bool)  # an answer is being produced or documents read (switching conversations waits)
+    documents_read = Signal(bool)  # an attach_documents ended: True when one or more documents were attached
 
     def __init__(self, service: EngineClient, store: ConversationStore, controls: RidgeFillControls,
                  chart: TtftChart, max_tokens: int = DEFAULT_MAX_TOKENS, parent=None):
@@ -58,6 +60,8 @@ class ChatPanel(ChatDocuments, QWidget):
         self._task_primary: TaskHandle | None = None  # the answer
         self._task_exact: TaskHandle | None = None  # the exact run for comparison
         self._task_count: TaskHandle | None = None
+        self._reading: TaskHandle | None = None  # documents being read (ui/chat_documents.py)
+        self.jobs = BackgroundJobs(self)
         self._answer: Message | None = None
         self._answer_widget = None
         self._exact_text: list[str] = []
@@ -223,7 +227,7 @@ class ChatPanel(ChatDocuments, QWidget):
         self._update_buttons()
 
     def busy(self) -> bool:
-        return self._task_primary is not None or self._task_exact is not None
+        return self._task_primary is not None or self._task_exact is not None or self._reading is not None
 
     def _update_buttons(self) -> None:
         busy = self.busy()
@@ -276,10 +280,12 @@ class ChatPanel(ChatDocuments, QWidget):
 
     @Slot()
     def stop(self) -> None:
-        """Stop this chat's answer (and its exact run); other tasks (a recall, a map fit) go on."""
+        """Stop this chat's answer (and its exact run), or its reading of documents; other tasks (a recall, a
+        map fit) go on."""
         for h in (self._task_primary, self._task_exact):
             if h is not None:
                 h.cancel()
+        self.stop_reading()
 
     # ---- engine events (each for a task of this panel) -------------------------------------------
     def _on_event(self, h: TaskHandle, ev) -> None:
@@ -378,6 +384,11 @@ class ChatPanel(ChatDocuments, QWidget):
             self.conversation_changed.emit(self.conv)
             self.request_count()
         self._update_buttons()
+
+    def shutdown(self) -> None:
+        """Save the conversation; stop a reading of documents (on quit)."""
+        self.save()
+        self.jobs.shutdown()
 
     def _notice(self, text: str) -> None:
         self.notice.setText(text)

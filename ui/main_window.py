@@ -424,8 +424,7 @@ class MainWindow(QMainWindow):
             s.save()
         except OSError:
             pass
-        self.chat.save()
-        for panel in (self.recall, self.models):
+        for panel in (self.chat, self.recall, self.models):
             panel.shutdown()
         self.serve.stop()
         if self.owns_service:
