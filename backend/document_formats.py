@@ -40,6 +40,8 @@ MAX_PDF_PAGES = 10_000
 _SYSTEM_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EIO, errno.ENOENT, errno.EMFILE, errno.ENFILE,
                             errno.ENOMEM, errno.EISDIR})
 _SAVE_AGAIN = "Open it in the program that made it and save it again, or export it as PDF or plain text."
+_ATTACH_PAGES = ("far more than any model's context holds. Attach the pages you want to ask about (print them "
+                 "to a new PDF).")
 
 
 def read_text(p: Path) -> str:
@@ -109,8 +111,7 @@ def read_pdf(p: Path) -> tuple[str, tuple[int, ...]]:
             chars += len(pages[-1])
             if chars > MAX_UNPACKED_BYTES:  # the same page named again and again, each with megabytes of text
                 raise DocumentError(f"{p.name} holds more than {MAX_UNPACKED_BYTES >> 20} million characters of "
-                                    "text: far more than any model's context holds. Attach the pages you "
-                                    "want to ask about (print them to a new PDF).")
+                                    f"text: {_ATTACH_PAGES}")
     if pages and not any(page.strip() for page in pages):
         raise DocumentError(
             f"{p.name} has no text layer (a scan or pictures of pages): run OCR on it, e.g. ocrmypdf, "
@@ -134,8 +135,7 @@ def _refuse_too_many_pages(reader, name: str) -> None:
         if isinstance(kids, list):
             stack.extend(kids[:budget + 1 - reached])  # enough to pass the budget when there are more
     if reached > budget or len(reader.pages) > MAX_PDF_PAGES:
-        raise DocumentError(f"{name} lists more than {MAX_PDF_PAGES:,} pages: far more than any model's context "
-                            "holds. Attach the pages you want to ask about (print them to a new PDF).")
+        raise DocumentError(f"{name} lists more than {MAX_PDF_PAGES:,} pages: {_ATTACH_PAGES}")
 
 
 @contextmanager

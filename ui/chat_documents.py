@@ -11,8 +11,8 @@ from PySide6.QtCore import Slot
 from PySide6.QtWidgets import QFileDialog
 
 from app import chat_session
-from backend.documents import DOCUMENT_SUFFIXES, DocumentText, read_documents
 from app.engine_client import TaskHandle
+from backend.documents import DOCUMENT_SUFFIXES, DocumentText, read_documents
 from backend.errors import Cancelled, DocumentError
 from ui.source_chips import SourceChips
 

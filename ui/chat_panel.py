@@ -31,8 +31,8 @@ from backend.answers import answers_agree
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY, SamplingParams
 from backend.stopping import LOOP_NOTE
-from ui.chat_documents import NO_DOCUMENT, ChatDocuments
 from ui.background import BackgroundJobs
+from ui.chat_documents import NO_DOCUMENT, ChatDocuments
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.document_pane import DocumentPane
