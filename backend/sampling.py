@@ -7,6 +7,7 @@ the demo, evals, bench and tune run (they need the same answer every time). The 
 """
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -66,6 +67,8 @@ class SamplingParams:
             kind = int if f.type in ("int", int) else float
             if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
                 raise ValueError(f"{f.name} must be {'a number' if kind is float else 'an integer'}, not {value!r}")
+            if not math.isfinite(value):  # NaN passes every comparison below; infinity is no setting either
+                raise ValueError(f"{f.name} must be a finite number, not {value!r}")
             lo, hi = RANGES[f.name]
             if (lo is not None and value < lo) or (hi is not None and value > hi):
                 raise ValueError(f"{f.name} must be {range_text(f.name)}, not {value!r}")

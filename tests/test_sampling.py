@@ -166,3 +166,14 @@ def test_parameters_out_of_range_are_refused():
         replace(APP_DEFAULTS, temperature=0.5)  # a saved file's bad values fall back, the good ones stay
     saved = SamplingParams.from_dict({"dry_multiplier": 1, "dry_sequence_breakers": ["\n", "##"]}, APP_DEFAULTS)
     assert (saved.dry_multiplier, saved.dry_sequence_breakers) == (1.0, ("\n", "##"))  # JSON's list, an int
+
+
+def test_nan_and_infinity_are_refused_where_plain_comparisons_let_them_through():
+    import json
+
+    for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "dry_multiplier", "dry_base"):
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                replace(GREEDY, **{name: bad}).check()
+    saved = json.loads('{"temperature": NaN, "top_p": NaN, "min_p": Infinity, "repeat_penalty": NaN}')  # settings.json
+    assert SamplingParams.from_dict(saved, APP_DEFAULTS) == APP_DEFAULTS  # each falls back to its default
