@@ -14,7 +14,10 @@ import uuid
 from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 
+from filelock import FileLock
+
 from backend.json_file import parse_object, set_aside, write_private
+from backend.private_files import private_dir
 from backend.user_paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ class Message:
     sources: list[dict] | None = None  # backend.sources.Source.as_dict() of the answer, best first
     # backend.exact_spans.ExactSpan.as_dict(): the documents' text RidgeFill made exact for this answer
     exact_spans: list[dict] | None = None
+    extra: dict = field(default_factory=dict)  # fields a newer version wrote: kept and written back as they were
 
 
 @dataclass
@@ -56,7 +60,9 @@ class Conversation:
             self.documents = [document]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["messages"] = [{**m.pop("extra"), **m} for m in d["messages"]]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Conversation":
@@ -71,8 +77,13 @@ class Conversation:
             updated=float(d.get("updated", 0)),
             documents=[Document(x["name"], x["text"], tuple(x.get("page_starts", ())), x.get("path", ""))
                        for x in docs],
-            messages=[Message(**m) for m in d.get("messages", [])],
+            messages=[_message(m) for m in d.get("messages", [])],
         )
+
+
+def _message(m: dict) -> Message:
+    known = {k: v for k, v in m.items() if k in _MESSAGE_TYPES}
+    return Message(**known, extra={k: v for k, v in m.items() if k not in _MESSAGE_TYPES})
 
 
 def _first_document(self: Conversation) -> Document | None:
@@ -119,29 +130,51 @@ def _check_shape(d) -> None:
     if not isinstance(messages, list):
         raise ValueError("'messages' is not a list")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not {"role", "content"} <= m.keys() or not m.keys() <= _MESSAGE_TYPES.keys():
+        if not isinstance(m, dict) or not {"role", "content"} <= m.keys():
             raise ValueError(f"message {i} is not a message")
-        if not all(isinstance(v, _MESSAGE_TYPES[k]) for k, v in m.items()):
+        if not all(isinstance(v, _MESSAGE_TYPES[k]) for k, v in m.items() if k in _MESSAGE_TYPES):
             raise ValueError(f"message {i} has a field of the wrong type")
+
+
+LOCK_TIMEOUT_S = 10  # another process's write takes milliseconds; past this the save fails as a disk error would
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """Which write of `path` is on disk (each write replaces the file: a new inode), None when there is none."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 class ConversationStore:
     def __init__(self, folder: Path | None = None):
         self.folder = Path(folder) if folder else data_dir() / "conversations"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
 
     def _file(self, conv_id: str) -> Path:
         return self.folder / f"{conv_id}.json"
 
     def save(self, conv: Conversation) -> None:
-        """Written whole under a unique temporary name, mode 0600 (a conversation is private)."""
-        conv.updated = time.time()
-        write_private(self._file(conv.id), json.dumps(conv.to_dict(), ensure_ascii=False))
+        """Written whole under a unique temporary name, mode 0600 (a conversation is private). When another
+        window or process wrote this conversation since this copy was read or saved, this copy is saved
+        as a new conversation beside it instead ("… (copy)"): both are kept, neither overwrites the other."""
+        with FileLock(self.folder / ".lock", mode=0o600, timeout=LOCK_TIMEOUT_S):
+            if _stamp(self._file(conv.id)) not in (None, getattr(conv, "disk_stamp", None)):
+                log.warning("conversation %s changed in another window; this copy is kept as a new one", conv.id)
+                conv.id, conv.title = uuid.uuid4().hex[:12], f"{conv.title} (copy)"
+            conv.updated = time.time()
+            write_private(self._file(conv.id), json.dumps(conv.to_dict(), ensure_ascii=False))
+            conv.disk_stamp = _stamp(self._file(conv.id))
 
     def load(self, conv_id: str) -> Conversation:
         """One conversation; OSError, or ValueError saying what is wrong with a damaged file."""
         p = self._file(conv_id)
-        return Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name))
+        stamp = _stamp(p)
+        conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name))
+        conv.disk_stamp = stamp
+        return conv
 
     def load_all(self) -> list[Conversation]:
         """Every readable conversation, newest first; a damaged file is set aside as NAME.bad-<time>

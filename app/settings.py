@@ -11,14 +11,18 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from filelock import FileLock
+
 from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
 from backend.json_file import read_object, write_private
+from backend.private_files import private_dir
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
 
 FILE_NAME = "settings.json"
+LOCK_TIMEOUT_S = 10  # another window's save takes milliseconds; past this the save fails as a disk error would
 
 
 @dataclass
@@ -52,11 +56,20 @@ class Settings:
             default = getattr(s, f.name)
             if value is not None and type(value) is type(default) and not (isinstance(value, int) and value < 0):
                 setattr(s, f.name, value)
+        s._base = asdict(s)
         return s
 
     def save(self) -> None:
-        """Written whole under a unique temporary name, mode 0600 (it holds the hub token)."""
-        write_private(self.path(), json.dumps(asdict(self), indent=2))
+        """Write what this object changed since it was loaded (or saved) over what the file holds now, under a
+        lock: a token or a setting another window or `serve` saved meanwhile is kept. Mode 0600 (the hub
+        token). An object made without load() writes all its values. OSError when it cannot be written."""
+        mine = asdict(self)
+        path = self.path()
+        private_dir(path.parent)
+        with FileLock(path.with_name(FILE_NAME + ".lock"), mode=0o600, timeout=LOCK_TIMEOUT_S):
+            now = read_object(path, "the settings file") or {}
+            write_private(path, json.dumps(_merged(now, mine, getattr(self, "_base", None)), indent=2))
+        self._base = mine
 
     def engine_settings(self) -> EngineSettings:
         """How the engine child is built: the chosen model (else the embedded one), its threads and context,
@@ -80,6 +93,22 @@ class Settings:
     def use_cache_location(self) -> None:
         """This process's user cache follows the setting (the engine child's follows engine_settings())."""
         user_paths.use_cache_root(self.cache_location or None)
+
+
+def _merged(on_disk: dict, mine: dict, base: dict | None) -> dict:
+    """`on_disk` with the values `mine` changed since `base` (all of them when there is no base); a dict
+    value (the Generation sections, one per model) is merged key by key the same way."""
+    out = dict(on_disk)
+    for key, value in mine.items():
+        was = None if base is None else base.get(key)
+        if not (isinstance(value, dict) and isinstance(was, dict) and isinstance(out.get(key), dict)):
+            if base is None or value != was:
+                out[key] = value
+            continue
+        inner = {k: v for k, v in out[key].items() if k in value or k not in was}  # drop only what I removed
+        inner.update({k: v for k, v in value.items() if was.get(k) != v})
+        out[key] = inner
+    return out
 
 
 @dataclass

@@ -151,3 +151,19 @@ def test_saved_conversations_keep_their_documents_and_old_files_with_one_still_l
     (tmp_path / "bad1.json").write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(ValueError, match="documents"):
         store.load("bad1")
+
+
+def test_a_message_with_a_field_from_another_version_loads_and_keeps_it(tmp_path):
+    store = ConversationStore(tmp_path)
+    newer = {"id": "new1", "title": "from a newer version", "future": {"x": 1},
+             "messages": [{"role": "user", "content": "q", "reaction": "👍", "extra": [1]},
+                          {"role": "assistant", "content": "a", "complete": True, "model": "gemma"}]}
+    (tmp_path / "new1.json").write_text(json.dumps(newer), encoding="utf-8")
+    assert [c.id for c in store.load_all()] == ["new1"] and not list(tmp_path.glob("*.bad-*"))
+    conv = store.load("new1")
+    assert [m.content for m in conv.messages] == ["q", "a"]
+    chat_session.ask(conv, "again")
+    store.save(conv)  # written back by this version: the fields it does not know are still there
+    saved = json.loads((tmp_path / "new1.json").read_text(encoding="utf-8"))["messages"]
+    assert (saved[0]["reaction"], saved[0]["extra"], saved[1]["model"]) == ("👍", [1], "gemma")
+    assert saved[2]["content"] == "again" and "extra" not in saved[2]
