@@ -25,6 +25,7 @@ import numpy as np
 from .engine import CancelCheck, Engine
 from .errors import EngineError
 from .row_record import RowRecord
+from .private_files import private_dir, write_text_private
 from .prompt_cache import Build, Entry, EntryKept, EntryRefused, PromptCache
 from .seq_state import MARK_BYTES, read_layout
 
@@ -48,9 +49,9 @@ def model_key(engine: Engine, cache: PromptCache | None = None) -> str:
         known[stamp] = variant_key(model_fingerprint(path))
         if memo is not None:
             try:
-                memo.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(memo.parent)
                 tmp = memo.with_name(f"{memo.name}.{os.getpid()}")
-                tmp.write_text(json.dumps(known), encoding="utf-8")
+                write_text_private(tmp, json.dumps(known))
                 os.replace(tmp, memo)
             except OSError:
                 pass  # only a memo
@@ -125,8 +126,8 @@ def restore(engine: Engine, cache: PromptCache, tokens: list[int], accept_tag: s
         if why:
             raise EntryRefused(why)
     except (EntryRefused, ValueError, EngineError) as exc:
-        engine.slot.truncate(0)
-        if not isinstance(exc, EntryKept):
+        if not isinstance(exc, EntryKept):  # a kept entry failed before sequence 0 was touched: its rows still serve
+            engine.slot.truncate(0)
             cache.remove(entry)
         log.warning("prompt cache entry %s refused: %s", entry.folder.name, exc)
         return f"prompt cache: {exc}; prefilled the prompt instead."

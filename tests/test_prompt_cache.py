@@ -203,6 +203,29 @@ def test_an_entry_unreadable_this_time_is_prefilled_around_and_kept_for_the_next
     assert restore(b, cache, toks, tag) == "" and len(b.slot.record) == len(toks)
 
 
+def test_an_entry_unreadable_this_time_leaves_the_rows_the_engine_holds(engines, saved, cache, monkeypatch):
+    import backend.prompt_cache as pc
+
+    _, b = engines
+    toks, tag = saved[0], saved[1]
+    copy_of(saved, cache)
+    b.slot.truncate(0)
+    assert restore(b, cache, toks, tag) == ""
+    held = len(toks) // 2
+    b.slot.truncate(held)  # the engine holds half the prompt: the saved entry would give more
+    read_file = pc._read_file
+
+    def io_error(files, name, limit):
+        if name == STATE:
+            raise OSError(errno.EIO, "Input/output error")
+        return read_file(files, name, limit)
+
+    with monkeypatch.context() as m:
+        m.setattr(pc, "_read_file", io_error)
+        assert "it is kept" in restore(b, cache, toks, tag)
+    assert len(b.slot.record) == held and len(cache.entries()) == 1  # the question reuses them, not a prefill
+
+
 def test_a_refused_entry_leaves_the_request_exact_and_its_reason_in_the_note(engines, cache, model_path):
     a, b = engines
     doc = a.detokenize(induction_prompt(a, 400)[1:])
