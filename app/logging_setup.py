@@ -5,7 +5,15 @@ import logging
 import sys
 from logging.handlers import RotatingFileHandler
 
+from backend.private_files import private_opener
 from backend.user_paths import log_dir
+
+
+class PrivateRotatingFileHandler(RotatingFileHandler):
+    """The log names the user's documents and questions: each file it opens (a rotation's too) is 0600."""
+
+    def _open(self):
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=private_opener)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -15,7 +23,7 @@ def setup_logging(verbose: bool = False) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        fh = RotatingFileHandler(log_dir() / "ridgefill.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+        fh = PrivateRotatingFileHandler(log_dir() / "ridgefill.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
         fh.setFormatter(fmt)
         fh.setLevel(logging.DEBUG)
         root.addHandler(fh)

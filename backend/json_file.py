@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .private_files import private_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -69,7 +71,7 @@ def write_private(path: Path, text: str) -> None:
     """Write `text` to `path` whole: a unique temporary file in the same folder (two processes never share
     one), flushed, then renamed over `path`. Mode 0600: the file may hold a token or a private chat."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # created 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -40,6 +40,7 @@ from safetensors import SafetensorError
 
 from .cache_entry_shape import FORMAT, arrays_problem, header_problem, record_problem
 from .entry_folder import EntryFolder, NotPlainFile, TooLarge, not_its_fault, opened
+from .private_files import PRIVATE_DIR, PRIVATE_FILE, open_private, private_dir, write_text_private
 from .seq_state import MARK_BYTES, StateFormatError, StateLayout, read_layout
 from .user_paths import prompts_dir
 
@@ -218,11 +219,11 @@ class PromptCache:
             log.info("prompt cache: an entry of %s bytes exceeds the limit of %s", size, self.limit_bytes)
             return None
         name = entry_name(model_key, facts["tokens"])
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
         self._remove_stale()
         tmp = self.root / f".{name}.{uuid.uuid4().hex[:8]}"
         try:
-            tmp.mkdir()
+            tmp.mkdir(mode=PRIVATE_DIR)
             header = self._write(tmp, model_key, model_name, build, state, facts, arrays, cancel)
             if header is None:
                 return None
@@ -255,7 +256,7 @@ class PromptCache:
                 return None
             header.update(streams_bytes=len(blob), streams_sha256=streams_sha)
         text = json.dumps(header)
-        (tmp / HEADER).write_text(text, encoding="utf-8")
+        write_text_private(tmp / HEADER, text)
         return json.loads(text)  # tuples as lists: the header a reader compares with (remove by identity)
 
     def _replace(self, tmp: Path, final: Path) -> Path | None:
@@ -332,8 +333,8 @@ class PromptCache:
     @contextmanager
     def _lock(self) -> Iterator[None]:
         """The cache-wide lock across processes, a file beside the folder (inside, it would be listed)."""
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root.with_name(f".{self.root.name}.lock")), timeout=LOCK_TIMEOUT_S):
+        private_dir(self.root.parent)
+        with FileLock(str(self.root.with_name(f".{self.root.name}.lock")), mode=PRIVATE_FILE, timeout=LOCK_TIMEOUT_S):
             yield
 
     def _folders(self, hidden: bool = False) -> list[Path]:
@@ -383,7 +384,7 @@ def _write_state(path: Path, data, cancel: Callable[[], bool] | None) -> str | N
     """Write `data` piece by piece; its sha256, or None when `cancel` said stop between pieces."""
     sha = hashlib.sha256()
     view = memoryview(data)
-    with open(path, "wb") as f:
+    with open_private(path, "wb") as f:
         for at in range(0, len(view), WRITE_CHUNK):
             if cancel is not None and cancel():
                 return None

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from platformdirs import PlatformDirs
 
+from .private_files import private_dir
+
 APP_NAME = "RidgeFill"
 _DIRS = PlatformDirs(APP_NAME, APP_NAME)
 _cache_root: Path | None = None  # use_cache_root's; None: the variables and the platform decide
@@ -29,8 +31,7 @@ _cache_root: Path | None = None  # use_cache_root's; None: the variables and the
 def _dir(env: str, default: str) -> Path:
     home = os.environ.get("RIDGEFILL_HOME")
     p = Path(os.environ.get(env) or (Path(home) / Path(default).name if home else default))
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return private_dir(p)
 
 
 def data_dir() -> Path:
@@ -45,8 +46,7 @@ def use_cache_root(root: str | Path | None) -> None:
 
 def cache_dir() -> Path:
     if _cache_root is not None:
-        _cache_root.mkdir(parents=True, exist_ok=True)
-        return _cache_root
+        return private_dir(_cache_root)
     return _dir("RIDGEFILL_CACHE_DIR", _DIRS.user_cache_dir)
 
 

@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from backend.errors import RidgeFillError
+from backend.private_files import make_private, private_dir, write_text_private
 
 from .fingerprint import model_fingerprint, variant_key
 from .map_store import activations_dir
@@ -100,7 +101,7 @@ def _half(x: np.ndarray, il: int) -> tuple[np.ndarray, float]:
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+    write_text_private(tmp, json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
 
 
@@ -127,7 +128,7 @@ class ActivationFolder:
             return {}
 
     def write_progress(self, progress: dict) -> None:
-        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.parts_dir)
         _write_json_atomic(self.folder / PROGRESS, progress)
 
     def write_part(self, name: str, streams: dict[int, np.ndarray], doc: int, pos: np.ndarray) -> None:
@@ -141,6 +142,7 @@ class ActivationFolder:
         tensors["pos"] = pos.astype(np.int32)
         tmp = self.parts_dir / f".{name}.tmp"
         save_file(tensors, str(tmp))
+        make_private(tmp)
         os.replace(tmp, self.parts_dir / name)
 
     def remove_parts_except(self, wanted: set[str]) -> None:

@@ -23,6 +23,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from backend.private_files import make_private, private_dir, write_text_private
+
 MANIFEST = "ridgefill.json"
 FORMAT = "ridgefill-maps"
 FORMAT_VERSION = 1
@@ -82,7 +84,7 @@ def write_map_folder(
     if map_dtype not in ("float16", "int8"):
         raise ValueError(f"map_dtype must be float16 or int8, not {map_dtype}")
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(folder.parent)
     layers = sorted(weights)
     d_out, d_in = weights[layers[0]].shape
     # The staging folder is hidden (a leading dot) and never ends in -sNN, so no look-up takes it for a set.
@@ -108,7 +110,7 @@ def write_map_folder(
             "fingerprint": fingerprint,
             "files": files,
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        write_text_private(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     except BaseException:  # a failed or interrupted write leaves nothing behind
         _rmtree(tmp)
         raise
@@ -127,6 +129,7 @@ def _write_layer(tmp: Path, l: int, split: int, weight: torch.Tensor, bias: torc
         tensors[wn] = w.half().contiguous()
     path = tmp / layer_file(l)
     save_file(tensors, str(path), metadata={"split": str(split), "layer": str(l)})
+    make_private(path)
     return sha256_file(path)
 
 

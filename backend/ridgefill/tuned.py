@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from backend.private_files import private_dir, write_text_private
 from backend.user_paths import maps_dir
 
 TUNED_DIR = "tuned"
@@ -61,10 +62,10 @@ def write_tuned(info, record: dict, root: Path | None = None) -> Path:
     path = tuned_path(info, root)
     if path is None:
         raise ValueError("this model's header does not say enough to key a tuned record")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     rec = {"record_version": RECORD_VERSION, "model_key": model_key(info), **record}
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+    write_text_private(tmp, json.dumps(rec, indent=1) + "\n")
     os.replace(tmp, path)
     return path
 
