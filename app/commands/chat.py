@@ -36,10 +36,20 @@ def register(sub) -> None:
                    help="neither load nor save the prompt cache (a document is otherwise saved once prefilled)")
     p.add_argument("--refine", action="store_true",
                    help="before exiting, make the approximated rows exact and save the cache again")
+    g = p.add_argument_group("remote", "ask an OpenAI-compatible server instead of this machine's engine")
+    g.add_argument("--server", default=None, metavar="URL",
+                   help="the server's address, e.g. http://192.168.1.20:8080 (this app's `serve`, llama.cpp's server, "
+                        "vLLM); the documents are read here and sent in the messages")
+    g.add_argument("--api-key", default=None, metavar="KEY", help="the server's API key, if it needs one")
+    g.add_argument("--server-model", default=None, metavar="ID", help="a model the server lists (default: its first)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.server:
+        from app.commands.chat_remote import run_remote
+
+        return run_remote(args)
     documents = read_documents(args.doc) if args.doc else None
     if documents:
         messages = document_messages(documents, args.question)
