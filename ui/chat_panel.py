@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app import chat_session
 from app.conversations import Conversation, ConversationStore, Message
-from app.engine_client import EngineClient, TaskHandle
+from app.engine_client import EngineClient, TaskClient, TaskHandle
 from app.engine_protocol import CountRequest, CountResult, TaskKind
 from backend.answers import answers_agree
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
@@ -53,6 +53,8 @@ class ChatPanel(ChatDocuments, QWidget):
         super().__init__(parent)
         self.service, self.store, self.controls, self.chart = service, store, controls, chart
         self.max_tokens = max_tokens
+        self.engine: EngineClient | TaskClient = service  # who answers: the engine child or a server (engine_picker)
+        self.remote = None  # app/remote_engine.RemoteEngine while a server answers
         self.sampling: SamplingParams = GREEDY  # the Generation section's (the main window sets both)
         self.conv = Conversation()
         self.too_long: str = ""  # the limit message while the prompt does not fit
@@ -191,6 +193,14 @@ class ChatPanel(ChatDocuments, QWidget):
     @Slot()
     def request_count(self) -> None:
         """Ask the engine how many tokens the next request would have (shown before sending)."""
+        if self.remote is not None:  # the server's model counts its own tokens: a prompt too long gets its error
+            self.count_label.setStyleSheet("")
+            self.count_label.setText(f"Answers come from {self.remote.name}; it checks the prompt's length.")
+            self.too_long = ""
+            if self._task_count is not None:  # a count by this machine's model, asked before: not this one's
+                self._task_count.cancel()
+                self._task_count = None
+            return self._update_buttons()
         if not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
             self.count_label.setText("")
             self.too_long = ""
@@ -247,7 +257,7 @@ class ChatPanel(ChatDocuments, QWidget):
         if self.too_long:
             self._notice(self.too_long)
             return False
-        compare = self.controls.compare.isChecked()
+        compare = self.controls.compare.isChecked() and self.controls.compare.isEnabled()  # greyed: a server without
         # Both runs draw with one seed, so "answers agree" still compares the prefills; a loop is cut short.
         drawn = {"sampling": self.sampling.with_seed(), "stop_loops": True}
         # With compare on, neither run reuses a cached prefix, so the two TTFTs measure the same work.
@@ -271,7 +281,7 @@ class ChatPanel(ChatDocuments, QWidget):
         return True
 
     def _submit_answer(self, req: CompletionRequest) -> TaskHandle:
-        h = self.service.submit(TaskKind.COMPLETE, req, owner=self,
+        h = self.engine.submit(TaskKind.COMPLETE, req, owner=self,
                                 on_event=lambda ev: self._on_event(h, ev),
                                 on_done=lambda res: self._on_result(h, res),
                                 on_failed=lambda etype, message: self._on_failed(h, etype, message),
@@ -323,7 +333,7 @@ class ChatPanel(ChatDocuments, QWidget):
     def _on_result(self, h: TaskHandle, res: CompletionResult) -> None:
         if h is not self._task_primary and h is not self._task_exact:
             return
-        t = res.timings.as_dict()
+        t = {**res.timings.as_dict(), **getattr(res, "extra", {})}  # a server's answer: who, its own timings
         if h is self._task_primary:
             self._task_primary = None
             self._answer.content = res.text
@@ -369,6 +379,7 @@ class ChatPanel(ChatDocuments, QWidget):
             self._answer.note = message
             if etype == "DocumentTooLongError":
                 self.too_long = message
+            if etype in ("DocumentTooLongError", "RemoteError"):  # a server's error says what to do
                 self._notice(message)
         else:
             self._task_exact = None

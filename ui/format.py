@@ -7,6 +7,8 @@ def ms(v: float) -> str:
 
 
 def timings_line(t: dict) -> str:
+    if t.get("engine"):
+        return remote_line(t)
     parts = [f"TTFT {ms(t.get('ttft_ms', 0))}"]
     prompt = f"prompt {t.get('prompt_n', 0):,} tok @ {t.get('prompt_per_second', 0):,.0f} tok/s"
     if t.get("cache_n"):
@@ -22,6 +24,28 @@ def timings_line(t: dict) -> str:
     if t.get("sources_ms"):  # finding the sources, after the answer
         parts.append(f"sources {ms(t['sources_ms'])}")
     line = " · ".join(parts)
+    if t.get("note"):
+        line += f"\n{t['note']}"
+    return line
+
+
+def remote_line(t: dict) -> str:
+    """A server's answer (app/remote_engine.py): who answered, the TTFT and speed measured here, then the
+    server's own timings as it sent them (none: said so), RidgeFill's mode on this app's server."""
+    line = (f"answered by {t['engine']} · TTFT {ms(t.get('ttft_ms', 0))} (measured here) · answer "
+            f"{t.get('predicted_n', 0):,} tok @ {t.get('predicted_per_second', 0):,.1f} tok/s")
+    s = t.get("server")
+    if not s:
+        line += "\nserver sent no timings"
+    else:
+        line += (f"\nserver: prompt {s.get('prompt_n', 0):,} tok in {ms(s.get('prompt_ms', 0))}"
+                 + (f" ({s['cache_n']:,} reused)" if s.get("cache_n") else "")
+                 + f" · answer {s.get('predicted_n', 0):,} tok @ {s.get('predicted_per_second', 0):,.1f} tok/s")
+        if "bulk_n" in s:  # this app's server: the mode that ran
+            line += " · " + ("exact" if s.get("mode", "off") == "off"
+                             else f"{s['mode']} S={s.get('split')} T={s.get('tail')} bulk {s.get('bulk_n', 0):,}")
+    if t.get("sources_note"):
+        line += f" · {t['sources_note']}"
     if t.get("note"):
         line += f"\n{t['note']}"
     return line

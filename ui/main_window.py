@@ -41,6 +41,7 @@ from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
+from ui.engine_picker import EnginePicker
 from ui.generation_settings import GenerationSettings
 from ui.models_panel import ModelsPanel
 from ui.recall_panel import RecallPanel
@@ -107,6 +108,7 @@ class MainWindow(QMainWindow):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(4, 4, 4, 4)
+        rl.addWidget(EnginePicker(self.chat, self.controls))  # this machine or a server answers the chat
         rl.addWidget(self.controls)
         rl.addWidget(self.generation)
         rl.addWidget(QLabel("Time to first token, this session"))

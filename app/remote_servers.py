@@ -1,0 +1,50 @@
+"""The servers a person added ("Add a server…"), kept in servers.json in the user config dir, mode 0600
+(it holds their API keys), beside settings.json."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from backend import user_paths
+from backend.json_file import read_object, write_private
+
+FILE_NAME = "servers.json"
+
+
+@dataclass
+class RemoteServer:
+    url: str  # the API's base, ending in /v1 (app/remote_engine.api_base)
+    model: str
+    api_key: str = ""
+    ours: bool = False  # this app's `serve`: RidgeFill controls and sources
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} at {self.url.removesuffix('/v1')}"
+
+
+def servers_path() -> Path:
+    return user_paths.config_dir() / FILE_NAME
+
+
+def load_servers() -> list[RemoteServer]:
+    """The saved servers; an entry of the wrong shape is left out (the file itself is kept)."""
+    data = read_object(servers_path(), "the servers file") or {}
+    out = []
+    for entry in data.get("servers") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str):
+            out.append(RemoteServer(entry["url"], entry["model"], str(entry.get("api_key") or ""),
+                                    bool(entry.get("ours"))))
+    return out
+
+
+def save_servers(servers: list[RemoteServer]) -> None:
+    write_private(servers_path(), json.dumps({"servers": [asdict(s) for s in servers]}, indent=2))
+
+
+def add_server(server: RemoteServer) -> list[RemoteServer]:
+    """Saved with the others; the same URL and model replaces the old entry (a new key)."""
+    servers = [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)] + [server]
+    save_servers(servers)
+    return servers
