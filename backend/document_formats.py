@@ -30,6 +30,13 @@ _NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # controls (categ
 # A .docx, .epub or .odt whose members would unpack to more than this is refused (a zip bomb, not a book),
 # and so is a text or web page file larger than this (over 100 million tokens).
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+# The XML inside a .docx, .epub or .odt becomes a tree of objects in its reader (python-docx and lxml, odfpy):
+# odfpy takes about 600 bytes an element (3 million: 1.8 GB). A file whose XML holds more elements and attributes
+# in all, or one XML part larger than this, is refused by a counting pass that builds nothing, so reading any
+# document stays under 2 GB (docs/HARDENING.md#xml-bombs-within-the-caps).
+MAX_XML_ELEMENTS = 2_000_000
+MAX_XML_MEMBER_BYTES = 64 * 1024 * 1024
+_XML_MEMBER = re.compile(r"\.(xml|rels|opf|ncx|x?html?)$", re.IGNORECASE)
 PAGE_SEPARATOR = "\n\n"  # between a PDF's pages in the text
 # A PDF of more pages is refused before pypdf lists them: at some 500 tokens a page it is far more than any
 # model's context, and a page tree that names one branch many times lists millions of pages from a few KB
@@ -152,7 +159,61 @@ def _open_zip(p: Path, kind: str) -> Iterator[zipfile.ZipFile]:
         if sum(info.file_size for info in archive.infolist()) > MAX_UNPACKED_BYTES:
             raise DocumentError(f"{p.name} would unpack to more than {MAX_UNPACKED_BYTES >> 20} MB: it is "
                                 f"refused as damaged or hostile. {_SAVE_AGAIN}")
+        _refuse_xml_bombs(archive, p.name)
         yield archive
+
+
+class _TooManyElements(Exception):
+    pass
+
+
+class _ElementCounter:
+    """An lxml parser target: counts elements and attributes, builds nothing (memory stays flat)."""
+
+    def __init__(self, budget: int):
+        self.left = budget
+
+    def start(self, tag, attrib) -> None:
+        self.left -= 1 + len(attrib)
+        if self.left < 0:
+            raise _TooManyElements
+
+    def close(self) -> None:
+        return None
+
+
+def _refuse_xml_bombs(archive: zipfile.ZipFile, name: str) -> None:
+    """DocumentError when the archive's XML members together hold more than MAX_XML_ELEMENTS elements, or one is
+    larger than MAX_XML_MEMBER_BYTES: streamed through a counting parser before any reader builds a tree."""
+    counter = _ElementCounter(MAX_XML_ELEMENTS)
+    refused = (f"{name} holds more XML than any document of its size needs (over {MAX_XML_ELEMENTS:,} elements, or "
+               f"one part over {MAX_XML_MEMBER_BYTES >> 20} MB): it is refused as damaged or hostile. {_SAVE_AGAIN}")
+    for info in archive.infolist():
+        if not _XML_MEMBER.search(info.filename):
+            continue
+        if info.file_size > MAX_XML_MEMBER_BYTES:
+            raise DocumentError(refused)
+        try:
+            _count_elements(archive, info, counter)
+        except _TooManyElements:
+            raise DocumentError(refused) from None
+
+
+def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, counter: _ElementCounter) -> None:
+    from lxml import etree
+
+    parser = etree.XMLParser(target=counter, recover=True, huge_tree=False, **_XML_PARSER_OPTIONS)
+    try:
+        with archive.open(info) as member:
+            while chunk := member.read(1 << 20):
+                parser.feed(chunk)
+        parser.close()
+    except etree.LxmlError:  # not XML to lxml (an HTML chapter, an empty part): each "<" counts, an upper bound
+        with archive.open(info) as member:
+            while chunk := member.read(1 << 20):
+                counter.left -= chunk.count(b"<")
+        if counter.left < 0:
+            raise _TooManyElements from None
 
 
 def read_docx(p: Path) -> str:

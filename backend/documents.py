@@ -93,8 +93,10 @@ def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
             out.append(read_document_parts(p))
             continue
         try:
-            files = sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in DOCUMENT_SUFFIXES
-                            and not f.name.startswith(".")), key=lambda f: f.name)
+            # a link is not followed: it may lead out of the folder the user chose, to files they did not mean to share
+            files = sorted((f for f in p.iterdir() if not f.is_symlink() and f.is_file()
+                            and f.suffix.lower() in DOCUMENT_SUFFIXES and not f.name.startswith(".")),
+                           key=lambda f: f.name)
         except OSError as exc:
             raise DocumentError(f"The folder {p} could not be read ({exc.strerror or exc}). Check that you may "
                                 "open it, or attach the files themselves.") from exc
@@ -105,7 +107,7 @@ def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
             except DocumentError:
                 continue  # a folder holds other files too: only its readable documents are attached
         if not found:
-            raise DocumentError(f"{p} holds no readable document ({', '.join(DOCUMENT_SUFFIXES)}). Choose a folder "
-                                "with documents in it, or the files themselves.")
+            raise DocumentError(f"{p} holds no readable document ({', '.join(DOCUMENT_SUFFIXES)}; symbolic links "
+                                "are not followed). Choose a folder with documents in it, or the files themselves.")
         out += found
     return out
