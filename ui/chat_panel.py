@@ -8,6 +8,8 @@ showing an answer's sources in the pane, are ui/chat_documents.py's.
 """
 from __future__ import annotations
 
+import logging
+import os
 import time
 
 from PySide6.QtCore import QTimer, Signal, Slot
@@ -39,7 +41,10 @@ from ui.document_pane import DocumentPane
 from ui.format import compare_line, eta_line, timings_line
 from ui.ttft_chart import TtftChart
 
+log = logging.getLogger(__name__)
+
 SAVE_EVERY_S = 0.5
+SAVE_RETRY_MS = 5000  # while a chat could not be written (a full disk), it is tried again this often
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
 
 
@@ -68,6 +73,7 @@ class ChatPanel(ChatDocuments, QWidget):
         self._answer_widget = None
         self._exact_text: list[str] = []
         self._last_save = 0.0
+        self.save_error: str = ""  # why the shown chat is not on disk yet ("" when it is)
         self._progress_base: tuple[int, float] | None = None
         self.setAcceptDrops(True)
         self._build_widgets()
@@ -132,6 +138,9 @@ class ChatPanel(ChatDocuments, QWidget):
         self._count_timer.setSingleShot(True)
         self._count_timer.setInterval(COUNT_AFTER_MS)
         self._count_timer.timeout.connect(self.request_count)
+        self._save_retry = QTimer(self)
+        self._save_retry.setInterval(SAVE_RETRY_MS)
+        self._save_retry.timeout.connect(self.save)
         self.attach_btn.clicked.connect(self.choose_document)
         self.folder_btn.clicked.connect(self.choose_folder)
         self.pane.remove_requested.connect(self.remove_document)
@@ -147,6 +156,8 @@ class ChatPanel(ChatDocuments, QWidget):
         if self.busy():  # the answer in progress belongs to the shown conversation: stop first
             self._notice("Stop or wait for the answer before switching conversations.")
             return False
+        if self.save_error and not self.save():  # the shown chat lives only here: it is not dropped
+            return False
         self.conv = conv
         self.view.clear()
         for i, m in enumerate(conv.messages):
@@ -160,10 +171,29 @@ class ChatPanel(ChatDocuments, QWidget):
         self.load_conversation(Conversation())
         return self.conv
 
-    def save(self) -> None:
-        if self.conv.messages or self.conv.documents:
+    @Slot()
+    def save(self) -> bool:
+        """Write the shown chat; False (and a notice) when the system will not, e.g. a full disk: the chat
+        stays in this window and is written again every few seconds, on each change and at quit."""
+        if not (self.conv.messages or self.conv.documents):
+            return True
+        self._last_save = time.monotonic()  # a failed write waits as long as a good one before the next try
+        try:
             self.store.save(self.conv)
-            self._last_save = time.monotonic()
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            if not self.save_error:
+                log.warning("chat %s could not be saved: %s", self.conv.id, exc)
+            self.save_error = (f"This chat could not be saved ({reason}). It is kept in this window and saved "
+                               "as soon as it can be: free some disk space, or check the data folder's permissions.")
+            self._notice(self.save_error)
+            self._save_retry.start()
+            return False
+        if self.save_error:
+            self.save_error = ""
+            self._save_retry.stop()
+            self._notice("")
+        return True
 
     def _decorate(self, w, m: Message) -> None:
         meta = timings_line(m.timings) if m.timings else ""
@@ -398,8 +428,11 @@ class ChatPanel(ChatDocuments, QWidget):
 
     def shutdown(self) -> None:
         """Save the conversation; stop a reading of documents (on quit)."""
-        self.save()
-        self.jobs.shutdown()
+        self._save_retry.stop()
+        try:
+            self.save()
+        finally:
+            self.jobs.shutdown()
 
     def _notice(self, text: str) -> None:
         self.notice.setText(text)

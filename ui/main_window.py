@@ -426,12 +426,24 @@ class MainWindow(QMainWindow):
             s.save()
         except OSError:
             pass
-        for panel in (self.chat, self.recall, self.models):
-            panel.shutdown()
-        self.serve.stop()
-        if self.owns_service:
-            self.service.shutdown()
+        try:  # whatever a panel raises, the server and the engine are still stopped
+            for panel in (self.chat, self.recall, self.models):
+                panel.shutdown()
+        finally:
+            self.serve.stop()
+            if self.owns_service:
+                self.service.shutdown()
 
     def closeEvent(self, e) -> None:
+        if self.chat.save_error and not self.chat.save() and not self._quit_unsaved():
+            e.ignore()
+            return
         self.shutdown()
         super().closeEvent(e)
+
+    def _quit_unsaved(self) -> bool:
+        """True when the user quits anyway although the shown chat could not be written (a full disk)."""
+        answer = QMessageBox.warning(self, "Quit without saving?",
+                                     self.chat.save_error + "\n\nQuit anyway and lose this chat's unsaved part?",
+                                     QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        return answer == QMessageBox.Yes
