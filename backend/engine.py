@@ -31,6 +31,9 @@ from .vocabulary import Vocabulary
 log = logging.getLogger(__name__)
 
 GGML_TYPE_F16 = 1
+# K/V cache types a context may be made with: f16 (RidgeFill writes it), or llama.cpp's q8_0, the lossy
+# cache people run every day and the yardstick of `fidelity` (backend/evals/fidelity.py)
+KV_TYPES = {"f16": GGML_TYPE_F16, "q8_0": 8}
 EventSink = Callable[[object], None]
 CancelCheck = Callable[[], bool]
 
@@ -54,6 +57,7 @@ class EngineConfig:
     # in the prompt finds its window's history (guided, quality on gemma3); costs a cache of n_ctx rows
     # per sliding-window layer (docs/MEASUREMENTS.md#guided-on-sliding-window-models).
     swa_full: bool = True
+    kv_type: str = "f16"  # a key of KV_TYPES; RidgeFill refuses any other than f16 (cache_layout.py)
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
@@ -156,8 +160,7 @@ class Engine(Vocabulary):
         cparams.n_threads_batch = config.n_threads
         # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
         cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cparams.type_k = GGML_TYPE_F16
-        cparams.type_v = GGML_TYPE_F16
+        cparams.type_k = cparams.type_v = KV_TYPES[config.kv_type]
         cparams.no_perf = True
         cparams.cb_eval = self._eval_cb
         cparams.cb_eval_user_data = None
@@ -258,6 +261,21 @@ class Engine(Vocabulary):
         if llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf), n, 0) != n:
             raise EngineError("llama.cpp could not copy sequence 0's state")
         return buf
+
+    def context_state(self) -> bytearray:
+        """Every sequence's cells as llama.cpp saves a whole context (llama_state_get_data): loaded into a
+        context whose cache was empty when they were written, every row gets its cell back."""
+        n = llama_cpp.llama_state_get_size(self._ctx)
+        buf = bytearray(n)
+        got = llama_cpp.llama_state_get_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf), n)
+        return buf[:got]
+
+    def set_context_state(self, state: bytearray) -> int:
+        """llama.cpp reads a whole `state` (context_state of this context): sequence 0's rows it holds."""
+        n = len(state)
+        if llama_cpp.llama_state_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(state), n) != n:
+            raise EngineError("llama.cpp could not load the context's saved state")
+        return llama_cpp.llama_memory_seq_pos_max(self._mem, 0) + 1
 
     def seq0_set_state(self, state: bytearray) -> tuple[int, int]:
         """llama.cpp reads `state` into the empty sequence 0: (bytes it took, rows it holds)."""

@@ -13,6 +13,7 @@ maps: backend/ridgefill/runtime.py) off the engine, since it outlives a grown co
 """
 from __future__ import annotations
 
+import copy
 import time
 from typing import Callable, Iterable, Protocol
 
@@ -37,6 +38,8 @@ class Seq0Context(Protocol):
     def seq_remove(self, seq: int, p0: int, p1: int) -> None: ...
     def seq0_state(self) -> bytearray: ...
     def seq0_set_state(self, state: bytearray) -> tuple[int, int]: ...
+    def context_state(self) -> bytearray: ...
+    def set_context_state(self, state: bytearray) -> int: ...
     def hooked(self, hook): ...  # a context manager: the eval callback forwards to `hook` inside it
 
 
@@ -175,6 +178,20 @@ class Slot:
     def state_bytes(self) -> bytearray:
         """Sequence 0's cells as llama.cpp saves them (see backend/seq_state.py)."""
         return self._engine.seq0_state()
+
+    def snapshot(self) -> tuple[bytearray, RowRecord]:
+        """The whole context's cells and a copy of the record: `restore_snapshot` puts every row back in
+        its own cell (a sliding-window model's windows too), where a saved sequence 0 would not."""
+        return self._engine.context_state(), copy.deepcopy(self._rows)
+
+    def restore_snapshot(self, state: bytearray, rows: RowRecord) -> None:
+        """Sequence 0 as `snapshot` saved it, in this context (EngineError, the cache empty, if not)."""
+        self.truncate(0)
+        held = self._engine.set_context_state(state)
+        if held != len(rows):
+            self.truncate(0)
+            raise EngineError(f"the saved context holds {held:,} rows for a record of {len(rows):,}")
+        self._rows = copy.deepcopy(rows)
 
     def load_state(self, state: bytearray, rows: RowRecord) -> None:
         """Sequence 0 becomes `state` (state_bytes of this model, maybe in another process) and `rows` its

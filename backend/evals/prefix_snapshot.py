@@ -12,11 +12,12 @@ own rows, through the same `complete` as any request:
   fresh prompt (the app keeps an earlier question's exact rows; an eval item must not).
 
 The shared rows end on a whole chunk (`n_batch`), so every decode after it sees the batches a fresh run
-of the full prompt sees: the answer is the fresh run's, token for token (tests/test_prefix_snapshot.py).
+of the full prompt sees, and the whole context is saved (slot.snapshot), so every row gets its own cell
+back, a sliding-window model's windows too: the answer is the fresh run's, token for token
+(tests/test_prefix_snapshot.py).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 
 from ..completion import complete
@@ -77,7 +78,7 @@ class PrefixSnapshots:
             while self._saved and sum(len(s.state) for s in self._saved.values()) + len(saved.state) > MAX_BYTES:
                 del self._saved[next(iter(self._saved))]  # the oldest goes (dicts keep insertion order)
             self._saved[key] = saved
-        engine.slot.load_state(saved.state, copy.deepcopy(saved.record))
+        engine.slot.restore_snapshot(saved.state, saved.record)
         return complete(engine, _fresh(request, True), cancel=cancel, plan=plan)
 
     def _prefill(self, shared: list[int], plan) -> _Saved:
@@ -89,7 +90,7 @@ class PrefixSnapshots:
             prefill_bulk(self.engine, plan, shared)
         else:
             slot.prefill(shared, reuse_prefix=False, hook=getattr(plan, "cells", None))
-        return _Saved(slot.state_bytes(), copy.deepcopy(slot.record))
+        return _Saved(*slot.snapshot())
 
 
 def _fresh(request: CompletionRequest, reuse_prefix: bool) -> CompletionRequest:

@@ -157,8 +157,6 @@ class SharedDocuments:
                 groups.setdefault(item.document, []).append(item)
         t = tail_or_default(engine.info, tail)
         self._shared_n = {}
-        if engine.info.has_sliding_window:  # after a restored state a new row lands in different cells in the
-            return  # two caches and RidgeFill refuses it (injection.py): each item runs fresh
         for group in groups.values():
             n = shared_rows(engine, [engine.prompt_tokens(i.request()) for i in group], t) if len(group) > 1 else 0
             self._shared_n.update({i.id: n for i in group})
