@@ -9,7 +9,8 @@ Routes: GET /health, GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completi
   ready (503), not started on a request within `queue_timeout_s` (503: stuck or far behind), silent for
   `stall_timeout_s` while answering (504): a stuck engine gives every client an error, not a hang.
 - Browsers: Host and Origin allow-lists (app/server/guards.py); bodies: JSON only, bounded in size and
-  time (app/server/body.py).
+  time, and in memory before the queue counts them: at most `body_room_bytes` of bodies are read and
+  parsed at once, the others wait their turn (app/server/body.py's BodyRoom).
 - A client that goes away cancels its request: the engine stops at its next check (between prefill
   chunks or tokens) and takes the next one. The work done so far stays cached, like Stop in the chat.
 - Prefix reuse as in the chat: a request that starts with what the engine has cached (the same
@@ -24,6 +25,7 @@ import hmac
 import json
 import logging
 import time
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.engine_protocol import CountRequest, CountResult, TaskCancelled, TaskDone, TaskEvent, TaskFailed, TaskKind
-from app.server.body import check_content_type, read_json
+from app.server.body import BODY_ROOM_BYTES, BODY_WAIT_S, BodyRoom, body_size, check_content_type, read_json
 from app.server.gateway import EngineGateway
 from app.server.guards import HostGuard, OriginGuard, allowed_hosts
 from app.server.schema import (
@@ -71,7 +73,11 @@ def model_id(info) -> str:
 
 
 class EngineRun:
-    """One engine task seen from the event loop: its messages, in order, in an asyncio queue."""
+    """One engine task seen from the event loop: its messages, in order, in an asyncio queue.
+
+    The gateway's ticket reaches the run only through a weak reference: a strong one (run -> ticket -> its
+    deliver -> run) made a cycle, so each ended request's prompt waited for the garbage collector, and under
+    many large requests some 7 of them were still held (tests/test_server_admission.py)."""
 
     def __init__(self, gateway: EngineGateway, kind: TaskKind, payload: Any, on_end=None):
         self._loop = asyncio.get_running_loop()
@@ -80,7 +86,7 @@ class EngineRun:
         self._on_end = on_end
         self.end = None  # the TaskDone / TaskFailed / TaskCancelled, once it reached the loop
         self.client_gone = False
-        self.ticket = gateway.submit(kind, payload, self._deliver)
+        self.ticket = gateway.submit(kind, payload, _weak_delivery(self))
 
     def _deliver(self, msg) -> None:  # the gateway's thread
         try:
@@ -109,20 +115,32 @@ class EngineRun:
             self._gateway.cancel(self.ticket)
 
 
+def _weak_delivery(run: EngineRun):
+    ref = weakref.ref(run)
+
+    def deliver(msg) -> None:
+        if (alive := ref()) is not None:  # else the request is gone, and nobody waits for its messages
+            alive._deliver(msg)
+    return deliver
+
+
 class ApiServer:
     """The app and what it keeps between requests: the key, the queue limit, the defaults, counters."""
 
     def __init__(self, gateway: EngineGateway, *, defaults: Defaults, api_key: str | None = None,
                  max_queue: int = DEFAULT_MAX_QUEUE, hosts: list[str] | None = None, origins: list[str] = (),
-                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S):
+                 queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+                 body_room_bytes: int = BODY_ROOM_BYTES, body_wait_s: float = BODY_WAIT_S):
         """`hosts`: the Host names answered (default: loopback ones, guards.allowed_hosts); `origins`: the
-        browser origins allowed (default none)."""
+        browser origins allowed (default none); `body_room_bytes`: bodies read and parsed at once, a request
+        waiting at most `body_wait_s` for room (then 503)."""
         self.gateway = gateway
         self.defaults = defaults
         self.api_key = api_key or None
         self.max_queue = max(1, int(max_queue))
         self.queue_timeout_s, self.stall_timeout_s = queue_timeout_s, stall_timeout_s
         self.in_flight = 0  # requests submitted to the engine and not ended there (waiting or running)
+        self.body_room = BodyRoom(body_room_bytes, body_wait_s)
         self.stats: Counter = Counter()
         self.app = Starlette(
             middleware=[Middleware(HostGuard, hosts=allowed_hosts("localhost") if hosts is None else list(hosts)),
@@ -197,7 +215,7 @@ class ApiServer:
         """No key needed (as in llama.cpp's server): 200 when the engine is ready, else 503 with why."""
         info = self.gateway.info
         body = {"status": "ok" if info else self.gateway.state, "in_flight": self.in_flight,
-                "max_queue": self.max_queue, "stats": dict(self.stats)}
+                "max_queue": self.max_queue, "body_room": self.body_room.as_dict(), "stats": dict(self.stats)}
         if info is not None:
             body["model"] = model_id(info)
         else:
@@ -236,9 +254,7 @@ class ApiServer:
         check_content_type(request)
         info = self._ready()
         self._check_room()  # before the body is read: a full queue costs the client no upload
-        body = await read_json(request)
-        p = parse_request(body, chat=chat, defaults=self.defaults, n_layer=info.n_layer,
-                          recommended=getattr(info, "sampling", ()))
+        p = await self._read(request, chat, info)
         mid = self._check_model(p.model, info)
         self._check_room()  # again: others may have been queued while this body arrived
         self.stats["requests"] += 1
@@ -262,6 +278,12 @@ class ApiServer:
             if watcher is not None:
                 watcher.cancel()
                 run.cancel()  # a no-op once the task ended
+
+    async def _read(self, request: Request, chat: bool, info) -> Parsed:
+        """The request's body read and parsed within its room (BodyRoom): the JSON tree is gone when it ends."""
+        async with self.body_room.hold(body_size(request)):
+            return parse_request(await read_json(request), chat=chat, defaults=self.defaults, n_layer=info.n_layer,
+                                 recommended=getattr(info, "sampling", ()))
 
     async def _next(self, run: EngineRun, *, queued: bool = False):
         """The run's next message; ApiError 503 (`queued`: its first, the engine has not started on it) or 504

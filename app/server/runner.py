@@ -11,6 +11,7 @@ import time
 import uvicorn
 
 from app.server.api import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S, ApiServer
+from app.server.body import BODY_ROOM_BYTES, BODY_WAIT_S
 from app.server.connections import HEADER_DEADLINE_S, guarded_protocol
 from app.server.deadline import SEND_DEADLINE_S, WriteDeadline
 from app.server.gateway import EngineGateway
@@ -86,15 +87,18 @@ class LocalServer:
                  port: int = DEFAULT_PORT, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  extra_hosts: tuple[str, ...] = (), origins: tuple[str, ...] = (),
                  queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S, send_deadline_s: float = SEND_DEADLINE_S,
-                 header_deadline_s: float = HEADER_DEADLINE_S):
+                 header_deadline_s: float = HEADER_DEADLINE_S, body_room_bytes: int = BODY_ROOM_BYTES,
+                 body_wait_s: float = BODY_WAIT_S):
         """`extra_hosts`: Host names answered besides loopback and `host`; `origins`: browser origins allowed;
         `send_deadline_s`: a client that takes no byte of its response for this long loses its connection;
         `header_deadline_s`: one that has not sent a request's headers this long after connecting (or after
-        its last answer) loses it too."""
+        its last answer) loses it too; `body_room_bytes`: request bodies read and parsed at once, the others
+        waiting at most `body_wait_s` (ApiServer)."""
         check_bind(host, api_key)
         self.api = ApiServer(gateway, defaults=defaults, api_key=api_key, max_queue=max_queue,
                              hosts=allowed_hosts(host, extra_hosts), origins=list(origins),
-                             queue_timeout_s=queue_timeout_s)
+                             queue_timeout_s=queue_timeout_s, body_room_bytes=body_room_bytes,
+                             body_wait_s=body_wait_s)
         # outermost, since it finds the connection on uvicorn's own send
         self.write_deadline = WriteDeadline(self.api.app, send_deadline_s, self.api.stats)
         self.host = host

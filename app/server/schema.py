@@ -26,6 +26,7 @@ from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionR
 from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_MESSAGES = 2048  # OpenAI's limit on a request's messages; applied here to a message's content parts too
 MAX_STOP_CHARS = 256  # each is matched against the answer's end at every token: a long one would stall the loop
 # Size-like fields beyond any context the app runs (128K tokens) are mistakes or attacks, refused rather than sent on
 MAX_TOKEN_COUNT = 1_048_576
@@ -87,7 +88,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def decode_body(raw: bytes) -> Any:
+def decode_body(raw: bytes | bytearray) -> Any:
     """A request body -> its JSON value; ApiError(400) for anything that is not JSON with finite numbers."""
     try:
         return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
@@ -128,6 +129,9 @@ def _text(content: Any, where: str) -> str:
     if isinstance(content, str):
         return _utf8(content, where)
     if isinstance(content, list):
+        if len(content) > MAX_MESSAGES:
+            raise ApiError(400, f"{where}.content has {len(content):,} parts; at most {MAX_MESSAGES:,} are accepted: "
+                           "join their text.", param=f"{where}.content", code="array_too_long")
         parts = []
         for part in content:
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
@@ -144,6 +148,10 @@ def _messages(body: dict) -> list[ChatMessage]:
     if not isinstance(msgs, list) or not msgs:
         raise ApiError(400, "'messages' is required: a non-empty list of {role, content} objects.",
                        param="messages", code="missing_required_parameter" if msgs is None else "invalid_value")
+    if len(msgs) > MAX_MESSAGES:
+        raise ApiError(400, f"'messages' has {len(msgs):,} messages; at most {MAX_MESSAGES:,} are accepted in one "
+                       "request: join some of them, or send the document as one message.", param="messages",
+                       code="array_too_long")
     out = []
     for i, m in enumerate(msgs):
         where = f"messages[{i}]"
