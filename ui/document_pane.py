@@ -1,6 +1,7 @@
 """The document pane: the chat's attached documents in a list (remove one there), the chosen one's text
 below, read-only; showing a source selects and highlights its passage, and a PDF's can be opened at its page.
 The text RidgeFill made exact for the answer (backend/exact_spans.py) is shaded in a lighter colour under it.
+A long document is laid out a part at a time (ui/text_window.py), with Earlier and Later to move between parts.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversations import Document
+from ui.text_window import WINDOW_CHARS, holds, window_around, window_before, window_from
 
 HIGHLIGHT = QColor("#fff59d")  # the passage a source points at
 HIGHLIGHT_TEXT = QColor("#000000")  # its text: a light palette's white text would vanish on the yellow
@@ -55,9 +57,10 @@ def page_url(path: str, page: int) -> QUrl:
     return url
 
 
-def document_line(d: Document) -> str:
+def document_line(d: Document, window: tuple[int, int] | None = None) -> str:
     pages = f" · {len(d.page_starts)} pages" if d.page_starts else ""
-    return f"{d.name} · {len(d.text):,} characters{pages}"
+    part = f" · showing {window[0]:,}–{window[1]:,}" if window and window[1] - window[0] < len(d.text) else ""
+    return f"{d.name} · {len(d.text):,} characters{pages}{part}"
 
 
 class DocumentPane(QWidget):
@@ -70,6 +73,8 @@ class DocumentPane(QWidget):
         self.exact_spans: list[dict] = []  # the answer's text made exact: {"document", "start", "end"}
         self._marked: tuple[str, int, int] | None = None  # the highlighted passage: document, start, end
         self._shown = -1  # the index of the document whose text the view holds
+        self._window = (0, 0)  # the part of it the view holds: characters [lo, hi) (text_window.py)
+        self._part = ""  # that part's text
         self.list = QListWidget()
         self.list.setMaximumHeight(96)
         self.list.setTextElideMode(Qt.ElideMiddle)  # a long name is cut in its middle, not scrolled
@@ -80,6 +85,10 @@ class DocumentPane(QWidget):
         self.where.setWordWrap(True)
         self.open_btn = QPushButton()
         self.open_btn.setVisible(False)
+        self.earlier_btn, self.later_btn = QPushButton("◀ Earlier"), QPushButton("Later ▶")
+        for btn, what in ((self.earlier_btn, "before"), (self.later_btn, "after")):
+            btn.setToolTip(f"A long document shows {WINDOW_CHARS:,} characters at a time: show the part {what}")
+            btn.setVisible(False)
         self.legend = QLabel()
         self.legend.setToolTip(EXACT_TIP)
         self.legend.setVisible(False)
@@ -87,6 +96,8 @@ class DocumentPane(QWidget):
         self.view.setReadOnly(True)
         row = QHBoxLayout()
         row.addWidget(self.where, 1)
+        row.addWidget(self.earlier_btn)
+        row.addWidget(self.later_btn)
         row.addWidget(self.open_btn)
         row.addWidget(self.remove_btn)
         lay = QVBoxLayout(self)
@@ -98,6 +109,8 @@ class DocumentPane(QWidget):
         self.list.currentRowChanged.connect(self.show_document)
         self.remove_btn.clicked.connect(self._remove_current)
         self.open_btn.clicked.connect(self.open_page)
+        self.earlier_btn.clicked.connect(self.show_earlier)
+        self.later_btn.clicked.connect(self.show_later)
         self.set_documents([])
 
     def set_documents(self, documents: Sequence[Document]) -> None:
@@ -119,7 +132,7 @@ class DocumentPane(QWidget):
     def show_document(self, index: int) -> None:
         if not self.documents:
             self._shown = -1
-            self.view.setPlainText("")
+            self._set_window("", (0, 0))
             self.view.setPlaceholderText(NO_DOCUMENTS)
             self.where.setText(NO_DOCUMENTS)
             self._show_open(None)
@@ -128,8 +141,8 @@ class DocumentPane(QWidget):
         index = max(0, min(index, len(self.documents) - 1))
         if index != self._shown:
             self._shown = index
-            self.view.setPlainText(self.documents[index].text)
-            self.where.setText(document_line(self.documents[index]))
+            text = self.documents[index].text
+            self._set_window(text, window_from(text, 0))
             self._show_open(None)
             self._paint()
         if self.list.currentRow() != index:
@@ -156,6 +169,8 @@ class DocumentPane(QWidget):
         text = self.documents[index].text
         start, end = (max(0, min(int(source.get(k, 0)), len(text))) for k in ("start", "end"))
         self._marked = (source["document"], start, max(start, end))
+        if not holds(self._window, start, min(max(start, end), start + WINDOW_CHARS // 2)):
+            self._set_window(text, window_around(text, start, max(start, end)))
         cursor = self._paint()
         self.view.setTextCursor(cursor)
         self.view.centerCursor()
@@ -163,6 +178,35 @@ class DocumentPane(QWidget):
         self.where.setText(f"{source['document']}{page}: characters {start:,}–{end:,}")
         self._show_open(source)
         return True
+
+    def _set_window(self, text: str, window: tuple[int, int]) -> None:
+        """Lay out characters [lo, hi) of `text` (the shown document's) in the view; Earlier and Later show
+        when the document is longer than a part."""
+        self._window = window
+        self._part = text[window[0]:window[1]]
+        self.view.setPlainText(self._part)
+        partial = window[1] - window[0] < len(text)
+        self.earlier_btn.setVisible(partial)
+        self.later_btn.setVisible(partial)
+        self.earlier_btn.setEnabled(window[0] > 0)
+        self.later_btn.setEnabled(window[1] < len(text))
+        if 0 <= self._shown < len(self.documents):
+            self.where.setText(document_line(self.documents[self._shown], window))
+
+    @Slot()
+    def show_earlier(self) -> None:
+        if 0 <= self._shown < len(self.documents) and self._window[0] > 0:
+            text = self.documents[self._shown].text
+            self._set_window(text, window_before(text, self._window[0]))
+            self.view.moveCursor(QTextCursor.End)  # where the part shown before began
+            self._paint()
+
+    @Slot()
+    def show_later(self) -> None:
+        if 0 <= self._shown < len(self.documents) and self._window[1] < len(self.documents[self._shown].text):
+            text = self.documents[self._shown].text
+            self._set_window(text, window_from(text, self._window[1]))
+            self._paint()
 
     def selected_text(self) -> str:
         """The text selected in the view, with Qt's paragraph separators as line breaks."""
@@ -184,24 +228,29 @@ class DocumentPane(QWidget):
             return None
         doc = self.documents[self._shown]
         shade = exact_shade(self.palette())
-        marks = [self._mark(self._cursor(doc.text, s["start"], s["end"]), EXACT_MARK, shade)
-                 for s in self.exact_spans if s.get("document") == doc.name]
+        marks = [self._mark(self._cursor(s["start"], s["end"]), EXACT_MARK, shade)
+                 for s in self.exact_spans if s.get("document") == doc.name and self._meets(s["start"], s["end"])]
         self.legend.setText(f'<span style="background-color: {shade.name()}">&nbsp;&nbsp;&nbsp;&nbsp;</span> '
                             f'{EXACT_LEGEND} ({len(marks)} {"span" if len(marks) == 1 else "spans"})')
         self.legend.setVisible(bool(marks))
         cursor = None
-        if self._marked is not None and self._marked[0] == doc.name:
-            cursor = self._cursor(doc.text, self._marked[1], self._marked[2])
+        if self._marked is not None and self._marked[0] == doc.name and self._meets(*self._marked[1:]):
+            cursor = self._cursor(self._marked[1], self._marked[2])
             marks.append(self._mark(cursor, SOURCE_MARK, HIGHLIGHT, HIGHLIGHT_TEXT))  # last: over the shading
         self.view.setExtraSelections(marks)
         return cursor
 
-    def _cursor(self, text: str, start: int, end: int) -> QTextCursor:
-        """A cursor selecting characters [start, end) of `text`, the view's document."""
-        start, end = (max(0, min(int(x), len(text))) for x in (start, end))
+    def _meets(self, start: int, end: int) -> bool:
+        """True when characters [start, end) of the shown document touch the part the view holds."""
+        return int(start) <= self._window[1] and int(end) >= self._window[0]
+
+    def _cursor(self, start: int, end: int) -> QTextCursor:
+        """A cursor selecting characters [start, end) of the shown document, cut to the part the view holds."""
+        lo, part = self._window[0], self._part
+        start, end = (max(0, min(int(x) - lo, len(part))) for x in (start, end))
         cursor = QTextCursor(self.view.document())
-        cursor.setPosition(qt_position(text, start))
-        cursor.setPosition(qt_position(text, max(start, end)), QTextCursor.KeepAnchor)
+        cursor.setPosition(qt_position(part, start))
+        cursor.setPosition(qt_position(part, max(start, end)), QTextCursor.KeepAnchor)
         return cursor
 
     @staticmethod
