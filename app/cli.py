@@ -16,6 +16,7 @@ from backend.protocol import AUTO_CTX
 PRODUCT_COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
                     "fit_maps", "tune", "serve", "serve_load", "fuzz_server", "cache"]
 PRODUCT_COMMANDS += ["fuzz_readers"]  # hostile files against every file reader (app/commands/fuzz_readers.py)
+PRODUCT_COMMANDS += ["fidelity"]  # how far RidgeFill moves exact's answers on a user's own documents
 EVAL_COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "sources"]
 COMMAND_MODULES = ([f"app.commands.{name}" for name in PRODUCT_COMMANDS]
                    + [f"app.commands.evals.{name}" for name in EVAL_COMMANDS])

@@ -49,3 +49,27 @@ def answer_found(reply: str, answers: list[str]) -> bool:
     """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB")."""
     text = _normal(reply)
     return any(re.search(rf"(?<!\w){re.escape(_normal(a))}(?!\w)", text) for a in answers)
+
+
+# A sentence ends at . ! or ? followed by white space, or at a line break ("5.2.3" and "e.g.x" go on).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
+
+
+def first_sentence(reply: str) -> str:
+    """The reply's first sentence: what it claims first (an empty reply: "")."""
+    text = reply.strip()
+    return _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
+
+
+def claim_right(reply: str, answers: list[str], wrong: list[str] = ()) -> bool:
+    """Whether the reply's first sentence claims the answer: it holds an accepted form and names none of
+    the listed rivals ("the latest version is 2.4.6" is wrong when 2.4.6 is the oldest and listed)."""
+    claim = first_sentence(reply)
+    return answer_found(claim, answers) and not (wrong and answer_found(claim, list(wrong)))
+
+
+def same_claim(a: str, b: str) -> bool:
+    """Whether two replies' first sentences say the same words, case, punctuation and spacing aside."""
+    def words(text: str) -> list[str]:
+        return re.sub(r"[^\w\s]", " ", _normal(first_sentence(text))).split()
+    return words(a) == words(b)
