@@ -95,20 +95,30 @@ class LoopWatch:
 
 class AnswerEnd:
     """The stop strings of a request and, when asked, the loop watch. `feed` each piece of the answer;
-    a reason ("stop" or "loop") once the answer is over, and `text`: the answer, cut before a stop string."""
+    a reason ("stop" or "loop") once the answer is over, and `text`: the answer, cut before a stop string.
+    `ends`: stop strings that end an answer only once it has begun (a base model's paragraph end, which
+    may come before its first word)."""
 
-    def __init__(self, stop: list[str] | tuple[str, ...] = (), *, stop_loops: bool = False):
+    def __init__(self, stop: list[str] | tuple[str, ...] = (), *, stop_loops: bool = False,
+                 ends: list[str] | tuple[str, ...] = ()):
         self.stop = [s for s in stop if s]
+        self.ends = [s for s in ends if s]
         self._loops = LoopWatch() if stop_loops else None
         self.text = ""
 
     def feed(self, piece: str) -> str | None:
-        start = max(0, len(self.text) - max((len(s) for s in self.stop), default=0))
+        start = max(0, len(self.text) - max((len(s) for s in self.stop + self.ends), default=0))
         self.text += piece
         cuts = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        cuts += [i for i in (self._begun_end(s, start) for s in self.ends) if i >= 0]
         if cuts:
             self.text = self.text[: min(cuts)]
             return "stop"
         if self._loops is not None and self._loops.feed(piece):
             return "loop"
         return None
+
+    def _begun_end(self, end: str, start: int) -> int:
+        """Where `end` first comes after the answer's first non-space text (-1: nowhere yet)."""
+        begun = len(self.text) - len(self.text.lstrip())
+        return self.text.find(end, max(start, begun)) if self.text.strip() else -1

@@ -9,6 +9,12 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from .errors import EngineError
 from .protocol import ChatMessage, CompletionRequest
 
+# A base model (no chat template) is not taught to answer a chat: its prompt is plain text that ends in
+# "Answer:", which it completes, and its answer ends where it would start the next paragraph or invent
+# the next question (docs/LONG_DOCUMENTS.md#a-prompt-a-pretrained-model-completes).
+ANSWER_CUE = "Answer:"
+PLAIN_ANSWER_STOPS = ("\n\n", "\nQuestion:", "\nAnswer:")
+
 
 class Vocabulary:
     """Tokens of one loaded model (the Engine is one; `chat_template` from its GGUF metadata)."""
@@ -61,9 +67,14 @@ class Vocabulary:
     def format_chat(self, messages: list[ChatMessage]) -> str:
         """Render messages with the model's own chat template (from its GGUF metadata)."""
         msgs = [{"role": m.role, "content": m.content} for m in messages]
-        if self._formatter is None:  # a base model without a template: plain text
-            return "\n\n".join(m["content"] for m in msgs) + "\n\n"
+        if self._formatter is None:
+            return plain_prompt(msgs)
         return self._formatter(messages=msgs).prompt
+
+    @property
+    def answer_stops(self) -> tuple[str, ...]:
+        """Where a chat answer ends besides the end of generation: a base model's paragraph's end."""
+        return PLAIN_ANSWER_STOPS if self._formatter is None else ()
 
     def prompt_tokens(self, request: CompletionRequest) -> list[int]:
         if (request.messages is None) == (request.prompt is None):
@@ -72,3 +83,14 @@ class Vocabulary:
         # A template that writes the BOS text itself must not get a second BOS from the tokenizer.
         add_special = not (self._bos_text and text.startswith(self._bos_text))
         return self.tokenize(text, add_special=add_special)
+
+
+def plain_prompt(messages: list[dict]) -> str:
+    """A base model's chat as plain text: each turn's text, each answer after the cue, and the cue last."""
+    text = ""
+    for m in messages:
+        if m["role"] == "assistant":
+            text += f"\n{ANSWER_CUE} {m['content'].strip()}"
+        else:
+            text += ("\n\n" if text else "") + m["content"].strip()
+    return text if messages and messages[-1]["role"] == "assistant" else f"{text}\n{ANSWER_CUE}"
