@@ -87,7 +87,8 @@ def test_the_claim_is_scored_not_a_mention():
     assert claim_right("The oldest version is 1.2.4. Later came 2.4.6.", answers, wrong)
     assert not claim_right("The oldest version is 2.4.6, after 1.2.4.", answers, wrong)  # a wrong claim
     assert not claim_right("It is not stated.\nThe versions are 1.2.4 and 2.4.6.", answers, wrong)  # too late
-    assert claim_right(" `1.2.4`", answers, wrong)
+    assert claim_right(" `1.2.4`", answers, wrong) and claim_right("It prints 4.", ["4"])
+    assert not claim_right("4.567e21", ["4"]) and not claim_right("Version 1.4", ["4"])  # a longer number
     assert first_sentence("Version 5.2.3 was the first. Then more.") == "Version 5.2.3 was the first."
     assert same_claim("The answer is **42**.  More words.", "the answer is 42. Other words.")
     assert not same_claim("The answer is 42.", "The answer is 43.")

@@ -109,9 +109,11 @@ class FidelityRun:
         for doc in docs:
             for setting in order:
                 self._document(doc, setting)
-        ids = {q.id for d in docs for q in d.questions}
+        questions = {q.id: q for d in docs for q in d.questions}
         names = {s.name for s in order}
-        return [r for (m, i, s), r in self.done.items() if m == self.model and i in ids and s in names]
+        # scored again by today's rule: a line keeps the reply, not the verdict
+        return [{**r, **score_fields(r["reply"], questions[i])} if "reply" in r else r
+                for (m, i, s), r in self.done.items() if m == self.model and i in questions and s in names]
 
     def _document(self, doc: QuestionedDocument, setting: Setting) -> None:
         todo = [q for q in doc.questions if (self.model, q.id, setting.name) not in self.done]

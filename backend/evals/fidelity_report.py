@@ -63,7 +63,11 @@ def report(lines: list[dict]) -> dict:
         for e, o in pairs:
             for key in (f"length {length_band(e['prompt_n'])}", f"document {e['document']}", f"half {e.get('half')}"):
                 groups.setdefault(key, []).append((e, o))
-        out[setting] = {g: summarize(p, stable) for g, p in groups.items()}
+        kinds = ("all", "length", "document", "half")  # the table's order: overall, then each breakdown
+        bands = [name for _, name in LENGTHS] + [">32K"]
+        ordered = sorted(groups, key=lambda g: (kinds.index(g.split()[0]),
+                                                bands.index(g.split()[1]) if g.startswith("length") else 0, g))
+        out[setting] = {g: summarize(groups[g], stable) for g in ordered}
     return out
 
 

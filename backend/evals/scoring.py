@@ -46,9 +46,10 @@ def _normal(text: str) -> str:
 
 
 def answer_found(reply: str, answers: list[str]) -> bool:
-    """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB")."""
+    """Whether the reply holds one of the accepted answers as a whole phrase ("8 MiB" is not in "18 MiB"),
+    a number not inside a longer one."""
     text = _normal(reply)
-    return any(re.search(rf"(?<!\w){re.escape(_normal(a))}(?!\w)", text) for a in answers)
+    return any(re.search(rf"(?<!\w)(?<!\d[.,]){re.escape(_normal(a))}(?!\w)(?![.,]\d)", text) for a in answers)
 
 
 # A sentence ends at . ! or ? followed by white space, or at a line break ("5.2.3" and "e.g.x" go on).
