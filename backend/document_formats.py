@@ -159,7 +159,8 @@ def _open_zip(p: Path, kind: str) -> Iterator[zipfile.ZipFile]:
         if sum(info.file_size for info in archive.infolist()) > MAX_UNPACKED_BYTES:
             raise DocumentError(f"{p.name} would unpack to more than {MAX_UNPACKED_BYTES >> 20} MB: it is "
                                 f"refused as damaged or hostile. {_SAVE_AGAIN}")
-        _refuse_xml_bombs(archive, p.name)
+        with _refused_if_broken(p.name, kind):  # the count reads every XML part: a damaged one fails here first
+            _refuse_xml_bombs(archive, p.name)
         yield archive
 
 
