@@ -154,7 +154,8 @@ class FidelityRun:
 
     def _line(self, doc: QuestionedDocument, q, setting: Setting, fields: dict) -> dict:
         return {"kind": "fidelity", "model": self.model, "id": q.id, "document": doc.name, "half": doc.half,
-                "setting": setting.name, "question": q.question, "answers": q.answers, **fields}
+                "setting": setting.name, "mode": setting.mode, "question": q.question, "answers": q.answers,
+                **fields}  # "mode": load_results reads lines that have one
 
     def _keep(self, line: dict) -> None:
         _append(self.out, line)
