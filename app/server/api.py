@@ -25,7 +25,6 @@ import hmac
 import json
 import logging
 import time
-import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -75,9 +74,10 @@ def model_id(info) -> str:
 class EngineRun:
     """One engine task seen from the event loop: its messages, in order, in an asyncio queue.
 
-    The gateway's ticket reaches the run only through a weak reference: a strong one (run -> ticket -> its
-    deliver -> run) made a cycle, so each ended request's prompt waited for the garbage collector, and under
-    many large requests some 7 of them were still held (tests/test_server_admission.py)."""
+    The run lets go of its ticket when the end arrives: run -> ticket -> its deliver -> run is a cycle, and
+    kept, each ended request's prompt waited for the garbage collector (under many large requests some 7 of
+    them were still held: tests/test_server_admission.py). The deliver keeps the run alive until then, so
+    a request whose client left is still counted when it ends."""
 
     def __init__(self, gateway: EngineGateway, kind: TaskKind, payload: Any, on_end=None):
         self._loop = asyncio.get_running_loop()
@@ -86,7 +86,7 @@ class EngineRun:
         self._on_end = on_end
         self.end = None  # the TaskDone / TaskFailed / TaskCancelled, once it reached the loop
         self.client_gone = False
-        self.ticket = gateway.submit(kind, payload, _weak_delivery(self))
+        self.ticket = gateway.submit(kind, payload, self._deliver)
 
     def _deliver(self, msg) -> None:  # the gateway's thread
         try:
@@ -96,7 +96,7 @@ class EngineRun:
 
     def _arrived(self, msg) -> None:  # the loop's thread
         if isinstance(msg, ENDS) and self.end is None:
-            self.end = msg
+            self.end, self.ticket = msg, None  # the cycle through the ticket ends here (see the class)
             if self._on_end is not None:
                 self._on_end(self)
         self._queue.put_nowait(msg)
@@ -113,15 +113,6 @@ class EngineRun:
     def cancel(self) -> None:
         if self.end is None:
             self._gateway.cancel(self.ticket)
-
-
-def _weak_delivery(run: EngineRun):
-    ref = weakref.ref(run)
-
-    def deliver(msg) -> None:
-        if (alive := ref()) is not None:  # else the request is gone, and nobody waits for its messages
-            alive._deliver(msg)
-    return deliver
 
 
 class ApiServer:
