@@ -51,8 +51,8 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
     max_new = min(request.max_tokens, engine.n_ctx - len(tokens))
     with SamplerChain(request.sampling, n_vocab=engine.n_vocab, n_ctx=engine.n_ctx, vocab=engine.vocab) as sampler:
         ends = engine.answer_stops if request.messages is not None else ()
-        answer = generate(engine, max_new, sampler=sampler, end=AnswerEnd(request.stop, stop_loops=request.stop_loops, ends=ends),
-                          on_event=on_event, cancel=cancel)
+        end = AnswerEnd(request.stop, stop_loops=request.stop_loops, ends=ends)
+        answer = generate(engine, max_new, sampler=sampler, end=end, on_event=on_event, cancel=cancel)
     t_end = time.perf_counter()
     timings.ttft_ms = ((answer.first_token_at or t_end) - t_start) * 1000
     timings.predicted_n = len(answer.tokens)

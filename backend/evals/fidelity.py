@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from ..completion import complete
 from ..documents import document_messages
 from ..errors import Cancelled, DocumentError, DocumentTooLongError
 from ..protocol import N_BATCH, RIDGEFILL_MODES, CompletionRequest
 from ..ridgefill.defaults import tail_or_default
+from .nll import _score_after_head
 from .prefix_snapshot import PrefixSnapshots, shared_rows
 from .question_files import QuestionedDocument
 from .recall import _append, load_results
@@ -67,18 +67,9 @@ def reply_nll(engine, prompt: list[int], reply: list[int]) -> float | None:
     (its last row is decoded again, exact, to give the first reply token's logits); None for no reply."""
     if not reply:
         return None
-    pos = len(prompt) - 1
-    engine.slot.truncate(pos)
-    feed, logps = [prompt[-1]] + reply[:-1], []
-    for at in range(0, len(feed), engine.config.n_batch):
-        chunk = feed[at: at + engine.config.n_batch]
-        engine.slot.decode(chunk, pos + at, logits_last=True, logits_all=True)
-        z = engine.row_logits(len(chunk)).astype(np.float64)
-        z -= z.max(axis=-1, keepdims=True)
-        lse = np.log(np.exp(z).sum(axis=-1))
-        picked = z[np.arange(len(chunk)), reply[at: at + len(chunk)]]
-        logps.extend((picked - lse).tolist())
-    return float(-np.mean(logps))
+    engine.slot.truncate(len(prompt) - 1)
+    engine.slot.decode(prompt[-1:], len(prompt) - 1, logits_last=True)
+    return float(-_score_after_head(engine, reply, len(prompt), None).mean())
 
 
 def item_request(doc: QuestionedDocument, question: str, setting: Setting) -> CompletionRequest:
