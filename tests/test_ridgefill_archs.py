@@ -21,7 +21,8 @@ def _kl(p_logits, q_logits) -> float:
     return float((np.exp(p) * (p - q)).sum())
 
 
-@pytest.mark.parametrize("arch,n_layer,split", [("llama", 4, 2), ("qwen2", 4, 2), ("qwen3", 4, 1), ("gemma3", 12, 7)])
+@pytest.mark.parametrize("arch,n_layer,split", [("llama", 4, 2), ("qwen2", 4, 2), ("qwen3", 4, 1), ("gemma3", 12, 7),
+                                                  ("gemma3", 12, 5)])  # 5: its first global layer
 def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
     path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", arch, n_layer=n_layer)
     with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
@@ -41,7 +42,9 @@ def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
         plumb_kl = _kl(ref, engine.last_logits())
         ridgefill_prefill(engine, toks, "plumb", split, 512, write_late=False)
         control_kl = _kl(ref, engine.last_logits())
-        assert plumb_kl < 1e-9
+        # at a global split (gemma3, 5) every row's K/V of the split layer come from our writer, not
+        # llama.cpp: float16 rounding moves the logits by about 1e-9 (1e-12 at 7); the control 1e-3
+        assert plumb_kl < (1e-8 if split == 5 else 1e-9)
         assert control_kl > 1000 * max(plumb_kl, 1e-15) and control_kl > 1e-9
 
 

@@ -102,20 +102,22 @@ def test_plumb_counts_its_bulk_in_whole_chunks():
 
 
 def test_a_split_below_a_cache_groups_first_layer_is_refused_up_front():
-    rt = FakeRuntime(min_split=6)  # gemma3: the global cache's first layer is 5
+    rt = FakeRuntime(min_split=5)  # gemma3: the global cache's first layer is 5
     eng = FakeEngine(ridgefill=rt)
-    why = refusal(eng, LONG, "speed", 5, 64)
-    assert why and "at least 6" in why and "layer 5" in why
-    assert rt.asked == [] and refusal(eng, LONG, "speed", 6, 64) is None
+    why = refusal(eng, LONG, "speed", 4, 64)
+    assert why and "at least 5" in why and "layer 5" in why
+    assert rt.asked == [] and refusal(eng, LONG, "speed", 5, 64) is None
 
 
-def test_min_split_is_one_above_the_last_cache_groups_first_layer():
+def test_min_split_is_the_last_cache_groups_first_layer():
+    """A bulk pass cut at a group's first layer reads that group's cells from the split layer's own
+    K/V writes (injection._BulkTap), so Gemma 3 can split at its first global layer."""
     from types import SimpleNamespace
 
     from backend.ridgefill.runtime import _min_split
 
     gemma = SimpleNamespace(layers={il: SimpleNamespace(k_index="g" if il % 6 == 5 else "s") for il in range(18)})
-    assert _min_split(gemma) == 6
+    assert _min_split(gemma) == 5
     one = SimpleNamespace(layers={il: SimpleNamespace(k_index="k") for il in range(30)})
     assert _min_split(one) == 1
 
@@ -221,3 +223,4 @@ def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split()
     assert GuidedParams().scoring_layers(18, 9, swa) == [5]
     assert GuidedParams(layers=(0.24, 0.6)).scoring_layers(18, 13, swa) == [5, 11]
     assert GuidedParams().scoring_layers(30, 12) == [7]  # no sliding window: as the share says
+    assert GuidedParams().scoring_layers(18, 5, swa) == [5]  # the split layer: keys from the exact stream

@@ -66,9 +66,10 @@ class GuidedParams:
 
     def scoring_layers(self, n_layer: int, split: int, swa_layers=frozenset()) -> list[int]:
         """The layers whose attention scores the bulk, below the split; on a sliding-window model the
-        global layer nearest to each (a sliding-window layer sees only the last rows)."""
+        global layer nearest to each (a sliding-window layer sees only the last rows), the split layer
+        included: its keys come from the exact stream entering it (Gemma 3 at S = 5)."""
         wanted = {min(split - 1, max(1, round(f * n_layer))) for f in self.layers}
-        glob = [il for il in range(1, split) if il not in swa_layers]
+        glob = [il for il in range(1, split + 1) if il not in swa_layers]
         if not swa_layers or not glob:
             return sorted(wanted)
         return sorted({min(glob, key=lambda g: (abs(g - il), g)) for il in wanted})

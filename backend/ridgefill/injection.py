@@ -28,27 +28,36 @@ log = logging.getLogger(__name__)
 
 
 class _BulkTap(CellTap):
-    """Eval hook for a bulk ubatch: reads each cache's cell indices, reads `l_out-(S-1)`, then stops the
-    graph (yes to every later ask, no to every later 'go on', so further splits stop too)."""
+    """Eval hook for a bulk ubatch: reads each cache's cell indices and `l_out-(S-1)`, then stops the
+    graph (yes to every later ask, no to every later 'go on', so further splits stop too). A cache
+    first written by the split layer itself (Gemma 3's global cache at S = 5) has its cells read there:
+    the graph goes on through that layer's K/V writes (its projections, not its attention) and stops."""
 
     def __init__(self, split: int, layout):
         self.cut_name = f"l_out-{split - 1}".encode()
         super().__init__(layout)
+        self.groups = set(self.cache_index.values())
 
     def reset(self) -> None:
         super().reset()
         self.h: np.ndarray | None = None
-        self.cut = False
+        self.cut = False  # the split stream was read
+        self.stopped = False  # the graph stops at the node asked for last
+
+    def _cells_complete(self) -> bool:
+        return self.groups <= self.idx.keys()
 
     def wants(self, tensor: int) -> bool:
-        if self.cut:
+        if self.stopped:
             return True
-        if self.read_cells(tensor):
-            return False
+        if self.read_cells(tensor) or self.cut:
+            # past the cut, the cache write that completes the cells is the last node computed
+            self.stopped = self.cut and self._cells_complete()
+            return self.stopped
         return ggml_graph.view(tensor).name == self.cut_name
 
     def seen(self, tensor: int) -> bool:
-        if self.cut:
+        if self.stopped:
             return False
         t = ggml_graph.view(tensor)
         if t.name != self.cut_name:
@@ -58,7 +67,8 @@ class _BulkTap(CellTap):
         except Exception as exc:
             self.error = f"stream: {exc}"
         self.cut = True
-        return False
+        self.stopped = self._cells_complete() or self.error is not None
+        return not self.stopped
 
 
 class _Oracle:

@@ -50,7 +50,7 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
     rt = runtime(engine)
     if rt.refused is None and split < rt.min_split:
-        return (f"split {split} is below layer {rt.min_split - 1}, the first layer of its own K/V cache (a "
+        return (f"split {split} is below layer {rt.min_split}, the first layer of its own K/V cache (a "
                 f"global layer of this sliding-window model): the bulk pass would not see where that cache's "
                 f"rows go. Use a split of at least {rt.min_split}: ran exact.")
     return rt.refused
