@@ -25,7 +25,7 @@ DOC_TOKENS = 1_700
 MAX_TOKENS = 8
 # plumb vs off. Not bit-exact: llama.cpp quantizes activations to 8 bits before each matmul, so a
 # one-ulp difference in a few cached K/V elements re-rolls rounding downstream; 1e-2 separates that from
-# skipping the late-layer writes (docs/MEASUREMENTS.md#selftest-kl-limit).
+# skipping the late-layer writes (docs/measurements/speed.md#selftest-kl-limit).
 KL_LIMIT = 1e-2
 
 
@@ -169,7 +169,7 @@ def check_modes(engine) -> list[Check]:
         same_argmax = int(np.argmax(off_logits)) == int(np.argmax(plumb_logits))
         ok = same_argmax and kl < KL_LIMIT
         # the answers are shown, not required equal: a near-tie later in a greedy answer can go either way
-        # under the rounding differences KL_LIMIT allows (docs/MEASUREMENTS.md#selftest-kl-limit)
+        # under the rounding differences KL_LIMIT allows (docs/measurements/speed.md#selftest-kl-limit)
         checks.append(Check("plumb == off", ok,
                             f"same first token: {same_argmax}, KL(off||plumb) at the prompt's end {kl:.2e} "
                             f"(limit {KL_LIMIT:g}), same answer: {plumb.tokens == off.tokens}, "

@@ -55,14 +55,14 @@ class EngineConfig:
     n_ubatch: int = N_BATCH
     # Sliding-window layers keep every row (llama.cpp's full-size SWA cache), so a row decoded again deep
     # in the prompt finds its window's history (guided, quality on gemma3); costs a cache of n_ctx rows
-    # per sliding-window layer (docs/MEASUREMENTS.md#guided-on-sliding-window-models).
+    # per sliding-window layer (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     swa_full: bool = True
     kv_type: str = "f16"  # a key of KV_TYPES; RidgeFill refuses any other than f16 (cache_layout.py)
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
 # runs goes through llama.cpp in one batch: its small-batch path is slower per row,
-# docs/MEASUREMENTS.md#exact-rows-in-one-decode) and probes.
+# docs/measurements/guided-design.md#exact-rows-in-one-decode) and probes.
 N_SEQ = 32
 
 ABORT_POLL_S = 0.02  # an abortable decode asks its `abort` check at most this often (per graph node otherwise)

@@ -2,7 +2,7 @@
 home of GGUF header reading).
 
 gguf's GGUFReader turns every entry of the tokenizer arrays into numpy views: seconds per read on a large
-vocabulary (docs/MEASUREMENTS.md#reading-the-gguf-header). So the header is walked here once, arrays
+vocabulary (docs/measurements/speed.md#reading-the-gguf-header). So the header is walked here once, arrays
 skipped: `read_model_header` reads the metadata only (milliseconds, for the GUI's first frame);
 `open_reader` also reads the tensor table into gguf's own ReaderTensor, with gguf's quantization tables,
 checking every tensor lies inside the file (`read_model_info`, the K/V writer, the fingerprint). A file
@@ -192,7 +192,7 @@ class GGUFContents:
 def open_reader(path: Path) -> GGUFContents:
     """The file's metadata and tensor table; any parse failure becomes a ModelFileError. One walk of the
     header (gguf's GGUFReader took 23.7 s on Gemma 3's 262,144-token vocabulary and 5.4 s on SmolLM2's:
-    docs/MEASUREMENTS.md#reading-the-gguf-header); a file the walk does not take (big-endian) goes to
+    docs/measurements/speed.md#reading-the-gguf-header); a file the walk does not take (big-endian) goes to
     gguf's reader."""
     import numpy as np
 

@@ -83,7 +83,7 @@ def _saved_rows(entry: Entry) -> RowRecord:
 def _reuse_rank(rows: RowRecord, tokens: list[int], accept_tag: str | None) -> tuple[int, int]:
     """How good a record is for `tokens`: (exact rows it gives, rows it gives). Exact rows come first, so
     once a document is made exact every request on it gets exact rows, even where an older approximated
-    entry matches a few more of its tokens (docs/MEASUREMENTS.md#the-prompt-cache-prefers-exact-rows)."""
+    entry matches a few more of its tokens (docs/measurements/prompt-cache.md#the-prompt-cache-prefers-exact-rows)."""
     n = rows.reusable_prefix(tokens, accept_tag)
     return n - len(rows.approximated(0, n)), n
 

@@ -6,7 +6,7 @@ which picks the first largest logit, as numpy's argmax does: with both off, the 
 The penalties and DRY count the answer's own tokens only, not the prompt's (llama.cpp's server counts both):
 an answer about a document restates its question, and with the question's words penalized the embedded
 model wrote "The code of the vault refers to..." where it had answered "...is 4729185"
-(docs/MEASUREMENTS.md#sampling-defaults).
+(docs/measurements/sampling.md#sampling-defaults).
 """
 from __future__ import annotations
 

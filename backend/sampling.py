@@ -153,10 +153,10 @@ def range_text(name: str) -> str:
 
 
 # The app's defaults where the file recommends nothing: LM Studio's set at temperature 0, the repeat penalty
-# kept to break greedy's loops (docs/MEASUREMENTS.md#sampling-defaults), and DRY at the values SillyTavern's and
+# kept to break greedy's loops (docs/measurements/sampling.md#sampling-defaults), and DRY at the values SillyTavern's and
 # KoboldCpp's users run, over the whole answer: the penalty's 64 tokens did not reach list items repeated 70 to
 # 100 tokens apart. The digits break DRY's sequences too: a number is several tokens, and one the answer says
-# again is not a loop ("is set to 1024" had become "is set to 1"; docs/MEASUREMENTS.md#repeats-in-long-answers).
+# again is not a loop ("is set to 1024" had become "is set to 1"; docs/measurements/sampling.md#repeats-in-long-answers).
 APP_DRY_BREAKERS = DRY_SEQUENCE_BREAKERS + tuple("0123456789")
 APP_DEFAULTS = SamplingParams(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1,
                               repeat_last_n=64, dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2,

@@ -45,15 +45,15 @@ PASSAGE_CHARS = 400  # a passage longer than this (a long sentence) is cut aroun
 MIN_PASSAGE_CHARS = 120
 # Short lines beside the passage join it, up to this many characters a side: the option before its
 # description, the line ending in a colon before its code, the command after the step it names (the
-# real-QA misses: docs/MEASUREMENTS.md#sources-on-all-191-real-questions-with-their-lead-in-lines).
+# real-QA misses: docs/measurements/sources.md#sources-on-all-191-real-questions-with-their-lead-in-lines).
 LEAD_CHARS = 100
 # Two of the question's places this close (characters between their passages) are one passage, up to
 # JOINED_CHARS: a FAQ's question and its answer, a key and its value a line apart
-# (docs/MEASUREMENTS.md#sources-neighbouring-places-joined).
+# (docs/measurements/sources.md#sources-neighbouring-places-joined).
 JOIN_GAP = 100
 JOINED_CHARS = 600
 # A row's score is the most any one of the question's rows gives it, not their sum: more real questions'
-# answers among the sources (docs/MEASUREMENTS.md#sources-the-questions-rows-alone).
+# answers among the sources (docs/measurements/sources.md#sources-the-questions-rows-alone).
 ROWS = "max"
 RANKS_LOOKED_AT = 400  # best rows looked at for distinct places
 # A sentence ends at . ? or ! before white space, at a blank line, or at a line break whose next line does
@@ -144,7 +144,7 @@ def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, 
 def question_window(tokens: list[int], placed: list[PlacedDocument], window: int) -> int:
     """The probe's rows: the prompt's rows after its last document (the question and the template), at
     most `window`. The document's own last rows among them ranked the real questions' sources worse
-    (docs/MEASUREMENTS.md#sources-the-questions-rows-alone)."""
+    (docs/measurements/sources.md#sources-the-questions-rows-alone)."""
     return max(1, min(window, len(tokens) - max(d.rows.stop for d in placed)))
 
 

@@ -232,7 +232,7 @@ def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_
     assert [r["bulk"] for r in recs] == [True, False]  # a needle in the exact tail is not scored
     hits = recs[0]["hits"]
     # layer 7 holds SmolLM2's retrieval heads, layer 2's ranking is poor
-    # (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
+    # (docs/measurements/guided-design.md#selection-hit-rate-the-design-grid)
     for key in ("W32|L7|max|bulk+window|p5|fwrap|k6", "W32|L7|max|bulk+window|p5|fwrap|k6|contrast",
                 "W32|L7|max|bulk+window|p5|fwrap|k6|contrast+own4"):
         p = GuidedParams()

@@ -16,7 +16,7 @@ from backend.stopping import AnswerEnd, LoopWatch
 from backend.completion import complete
 
 # Greedy on the embedded model says one line again and again (found by trying; see the report in
-# docs/MEASUREMENTS.md: sampling defaults).
+# docs/measurements/sampling.md#sampling-defaults).
 LOOPING = "List the days of the week."
 SAMPLED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=7)
 

@@ -1,6 +1,6 @@
 """The loop check (backend/stopping.py) on answers the embedded model gave: the texts below are real, from
 RidgeFill guided at the app's old defaults (temperature 0, repeat penalty 1.1 over 64 tokens) on the
-first 19,500 characters of Node.js's api/http.md (docs/MEASUREMENTS.md#repeats-in-long-answers)."""
+first 19,500 characters of Node.js's api/http.md (docs/measurements/sampling.md#repeats-in-long-answers)."""
 from __future__ import annotations
 
 from backend.stopping import AnswerEnd, LoopWatch, sentence_key

@@ -11,10 +11,10 @@ for each candidate split S in ascending order:
 - real questions: a fixed subset of the `realqa` set (backend/evals/tune_items.py: 2 questions of each
   of its 16 document parts), run exact once and at S when S kept the needles (each part's prefill shared
   by its questions). Needles held at SmolLM2's old split 12 while it lost 30 of exact's 41 right real
-  answers (docs/MEASUREMENTS.md#real-questions-about-real-documents).
+  answers (docs/measurements/real-questions.md#real-questions-about-real-documents).
 **Keeps recall** (the decision rule): on needles, at most tolerance(n) = 1 + n // 24 items *lost* (right
 exact, wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell
-apart). A gain elsewhere does not pay for a loss (docs/MEASUREMENTS.md#tunes-items). The needle rule only
+apart). A gain elsewhere does not pay for a loss (docs/measurements/split-tail-tune.md#tunes-items). The needle rule only
 decides when exact itself recalls at least half the items; otherwise the items say nothing about the
 maps and the split stays the model's default (the candidates are still measured and shown). On real
 questions, only the k that exact answers right count (exact gets most of them wrong): at most
@@ -22,7 +22,7 @@ tolerance(k) more of them lost than gained (real answers flip both ways), judged
 needles alone, and the choice says so. The lowest candidate that keeps both is chosen and the search
 stops there (higher splits approximate fewer layers); none keeping both keeps the default too, and says so.
 **Which items**: 12 needles at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
-items hardly tell SmolLM2's S = 12 from S = 9 (docs/MEASUREMENTS.md#tunes-items). A model with a long
+items hardly tell SmolLM2's S = 12 from S = 9 (docs/measurements/split-tail-tune.md#tunes-items). A model with a long
 context (trained on at least LONG_CONTEXT tokens, and an engine that holds LONG_LENGTH) is judged where
 it is used too: 6 more items at LONG_LENGTH tokens (both haystacks, single, three depths), the TTFT
 ratio is taken there, and the default budget is LONG_BUDGET_S. Real questions whose prompt does not fit

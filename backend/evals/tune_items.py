@@ -2,7 +2,7 @@
 
 Needles (backend/evals/needles.py) tell whether the maps keep a planted fact; real questions (the
 `realqa` set, backend/evals/document_questions.py) tell whether guided answers what exact answers about
-real documents, where needles held and real answers were lost (docs/MEASUREMENTS.md#real-questions-about-real-documents).
+real documents, where needles held and real answers were lost (docs/measurements/real-questions.md#real-questions-about-real-documents).
 The real subset is the same for every model and every run: `per_part` questions of each of the sixteen
 document parts, spread over the part (its questions are in text order), the questions of one part next
 to each other so that the recall runner prefills each part once per mode (`share_documents`).

@@ -133,7 +133,7 @@ def get_maps(model_path, split: int, settings: HubSettings | None = None, *, dow
             on_note(text)
 
     # The fingerprint (read once per process and kept) says the layers: a second full GGUF read is slow on
-    # a large vocabulary (docs/MEASUREMENTS.md#full-gguf-read-on-gemma-3).
+    # a large vocabulary (docs/measurements/speed.md#full-gguf-read-on-gemma-3).
     n_layer = int(model_fingerprint(model_path)["metadata"]["block_count"])
     if not 1 <= int(split) <= n_layer - 2:
         raise RidgeFillError(f"A split must lie in 1..{n_layer - 2} for this {n_layer}-layer model, not {split}.")

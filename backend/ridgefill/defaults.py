@@ -2,10 +2,10 @@
 
 Split: in `speed` mode recall falls off a cliff below a model-specific layer (a per-row map cannot
 recreate what a late layer's attention brings in from other rows), so a default must come from
-measurement, never from "half the layers" (docs/MEASUREMENTS.md#recall-cliff). `guided` mode (the
+measurement, never from "half the layers" (docs/measurements/recall.md#recall-cliff). `guided` mode (the
 default) makes the rows the question attends to exact, which moved SmolLM2's split down to 12 on needles
-(docs/MEASUREMENTS.md#split-s--12-not-9); real questions about real documents lost answers there that
-S = 18 keeps (docs/MEASUREMENTS.md#real-questions-about-real-documents), so 18 is its default. On Gemma 3 (sliding-window layers) guided keeps every row's
+(docs/measurements/split-tail-tune.md#split-s--12-not-9); real questions about real documents lost answers there that
+S = 18 keeps (docs/measurements/real-questions.md#real-questions-about-real-documents), so 18 is its default. On Gemma 3 (sliding-window layers) guided keeps every row's
 window (EngineConfig.swa_full) and scores at a global layer below the split, which lets Gemma 3 270M run
 at S = 6, just above its first global layer.
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
@@ -15,7 +15,7 @@ the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the
 full model exactly and costs about as much per row as the work RidgeFill saves. With the question's rows
 made exact, the tail can be short: T = 64 (the question, its chat frame and a few dozen document rows)
-keeps guided's recall, and the 8,000-token speed target needs it (docs/MEASUREMENTS.md#exact-tail-t--64).
+keeps guided's recall, and the 8,000-token speed target needs it (docs/measurements/split-tail-tune.md#exact-tail-t--64).
 Gemma 3 keeps 512: it equals its sliding window, so its sliding-window layers need (almost) no
 bulk K/V.
 """
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 
-# The RidgeFill mode the app runs when RidgeFill is on (docs/MEASUREMENTS.md#recall-of-guided-at-the-defaults)
+# The RidgeFill mode the app runs when RidgeFill is on (docs/measurements/recall.md#recall-of-guided-at-the-defaults)
 DEFAULT_MODE = "guided"
 
 MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
 # guided mode makes the rows the question needs exact, so the tail can be shorter than speed's 512; 64
 # is the shortest measured (the probe's window of 32 rows must lie inside it):
-# docs/MEASUREMENTS.md#exact-tail-t--64
+# docs/measurements/split-tail-tune.md#exact-tail-t--64
 MIN_TAIL = 64
 DEFAULT_TAIL = 64
 SLIDING_WINDOW_TAIL = 512  # models with sliding-window layers (gemma3): the window itself
@@ -37,10 +37,10 @@ SLIDING_WINDOW_TAIL = 512  # models with sliding-window layers (gemma3): the win
 # (architecture, n_layer, n_embd) -> measured split that keeps recall
 MEASURED_SPLITS = {
     # SmolLM2-135M(-Instruct), guided mode: 12 held needles, 18 is what holds real questions
-    # (docs/MEASUREMENTS.md#real-questions-about-real-documents)
+    # (docs/measurements/real-questions.md#real-questions-about-real-documents)
     ("llama", 30, 576): 18,
     # Gemma 3 270M, guided: tune's choice; recall held at 16K and 32K
-    # (docs/MEASUREMENTS.md#gemma-3s-split-s--6-chosen-by-tune)
+    # (docs/measurements/gemma-3.md#gemma-3s-split-s--6-chosen-by-tune)
     ("gemma3", 18, 640): 6,
 }
 

@@ -32,33 +32,33 @@ from .redecode import Run, runs_of
 class GuidedParams:
     window: int = 32  # prompt rows whose attention scores the bulk
     # scoring layers as shares of the model's depth (kept below the split): 0.24 of SmolLM2's 30 is layer
-    # 7, which holds its retrieval heads (docs/MEASUREMENTS.md#selection-hit-rate-the-design-grid)
+    # 7, which holds its retrieval heads (docs/measurements/guided-design.md#selection-hit-rate-the-design-grid)
     layers: tuple[float, ...] = (0.24,)
     pool: int = 5  # average-pooling kernel over neighbouring rows
     # rows taken before a selected row: back to its sentence's start, at least back_min and at most back
     # rows (a fixed 4 lost real questions whose answer's rows were exact: the question's own words before
-    # them were not; docs/MEASUREMENTS.md#real-questions-about-real-documents)
+    # them were not; docs/measurements/real-questions.md#real-questions-about-real-documents)
     back: int = 32
     back_min: int = 4
     forward: int = 40  # rows taken after it, at most: to the end of its sentence (the value follows the key)
     # distinct places the question points to, made exact: 8 lost fewer multivalue needles than 4 or 6
-    # (docs/MEASUREMENTS.md#places-8-not-4-or-6); 16, with twice the budget, fewer real questions
-    # (docs/MEASUREMENTS.md#real-questions-about-real-documents)
+    # (docs/measurements/guided-design.md#places-8-not-4-or-6); 16, with twice the budget, fewer real questions
+    # (docs/measurements/real-questions.md#real-questions-about-real-documents)
     peaks: int = 16
     budget: int = 512  # no place is taken once this many rows are (the last one is taken whole)
     # Rows before this are never picked: the prompt's frame (system prompt, instructions) draws every
-    # question's attention (docs/MEASUREMENTS.md#prompt-head-left-out).
+    # question's attention (docs/measurements/guided-design.md#prompt-head-left-out).
     head: int = 64
     # The question's scores minus a question about nothing in particular's (CONTRAST_QUESTION), each
     # scaled to a maximum of 1: what any question looks at (paragraph starts, a few "magnet" sentences,
     # recent rows) drops out, and real questions' answers get selected
-    # (docs/MEASUREMENTS.md#contrast-question).
+    # (docs/measurements/guided-design.md#contrast-question).
     contrast: bool = True
-    # which line breaks end a sentence (sentence_ends): docs/MEASUREMENTS.md#contrast-question
+    # which line breaks end a sentence (sentence_ends): docs/measurements/guided-design.md#contrast-question
     newlines: str = "wrap"
     # Then places by the question's own scores, without the contrast: what every question looks at,
     # which in a needle haystack is every needle: the rival needles must be exact for the model to tell
-    # them apart (docs/MEASUREMENTS.md#contrast-question).
+    # them apart (docs/measurements/guided-design.md#contrast-question).
     also_peaks: int = 4
     # Rows made exact besides the question's choice: an eval's oracle (the answer's rows,
     # backend/evals/recall.py), never set by a request.

@@ -124,7 +124,7 @@ def torch_threads(n_threads: int):
 def one_torch_thread():
     """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
     fight llama.cpp's threads for the cores
-    (docs/MEASUREMENTS.md#injection-torch-threads-and-activation-quantization). The late writes,
+    (docs/measurements/speed.md#injection-torch-threads-and-activation-quantization). The late writes,
     gathered into few large blocks, take the engine's threads (_write_late)."""
     return torch_threads(1)
 
@@ -137,7 +137,7 @@ def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
     stream at layer 1 by 1%), which makes plumb equal off row for row; its tail is T to T + chunk - 1
     rows. The other modes take every such row, so the tail is exactly T: a rounded-down bulk left
     up to 1,023 rows in an 8K prompt's tail, each costing the full model
-    (docs/MEASUREMENTS.md#tail-of-exactly-t-rows)."""
+    (docs/measurements/split-tail-tune.md#tail-of-exactly-t-rows)."""
     n = max(0, n_tokens - tail)
     if mode == "plumb":
         chunk = engine.ubatch_rows
@@ -201,7 +201,7 @@ def prefill_bulk(engine, plan, tokens: list[int]) -> None:
 
 # Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
 # their lower layers ran: fewer, larger blocks let torch use both cores without its threads spinning
-# against llama.cpp's between every chunk (docs/MEASUREMENTS.md#late-kv-in-2048-row-blocks).
+# against llama.cpp's between every chunk (docs/measurements/speed.md#late-kv-in-2048-row-blocks).
 LATE_BLOCK = 2048
 
 
@@ -339,9 +339,9 @@ def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
             _write_windows(engine, rt, plan, runs, bulk_end)
     with phases("exact_rows"):
         # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
-        # (docs/MEASUREMENTS.md#runs-made-exact-in-order). One batch whose mask shows each run the new
+        # (docs/measurements/guided-design.md#runs-made-exact-in-order). One batch whose mask shows each run the new
         # rows of the runs before it (run_mask) computes what a llama_decode per run would, with the
-        # tiled attention kernel (docs/MEASUREMENTS.md#one-call-re-decode).
+        # tiled attention kernel (docs/measurements/guided-design.md#one-call-re-decode).
         n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(rt.layout),
                            chained=plan.mode == "guided", streams=streams)
         return n

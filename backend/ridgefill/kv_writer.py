@@ -5,7 +5,7 @@ position with the parameters of the layer's own ROPE node → float16 → the la
 Weights are dequantized from the GGUF with the `gguf` package (K-quants included). llama.cpp's CPU
 matmul quantizes the activations to the weight's "vec_dot" type first (Q8_1 for Q4_1, Q8_0 for Q4_0/Q8_0,
 Q8_K for K-quants, F16 for F16); doing the same here cuts the error against its own K/V
-(docs/MEASUREMENTS.md#injection-torch-threads-and-activation-quantization).
+(docs/measurements/speed.md#injection-torch-threads-and-activation-quantization).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from .redecode import Run, runs_of
 
 DEFAULT_SHARE = 0.10  # of the bulk rows: the budget of rows made exact
 # A number is only found again if the words that introduce it ("... number for owl is") and the token
-# that ends it are exact too (docs/MEASUREMENTS.md#number-rows-12-before-2-after).
+# that ends it are exact too (docs/measurements/guided-design.md#number-rows-12-before-2-after).
 NUMBER_LEAD = 12
 NUMBER_TRAIL = 2
 

@@ -74,7 +74,7 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     """Replace sequence 0's cells at each run's positions with ones llama.cpp computes through every
     layer; returns the rows made exact. Each run of a batch goes on its own sequence, which shares
     sequence 0's cells before the run, so the whole batch is one llama_decode (a batch of a few rows
-    costs more per row: docs/MEASUREMENTS.md#exact-rows-in-one-decode). `chained`: each run sees the
+    costs more per row: docs/measurements/guided-design.md#exact-rows-in-one-decode). `chained`: each run sees the
     runs before it already exact (guided) - in one batch whose attention mask run_mask edits where
     `cells` (a CellTap) allows, else one run per llama_decode. Sequences 1.. are empty afterwards,
     whatever happens. `cells`: records where the new rows landed, so they can be scored again.

@@ -9,7 +9,7 @@ the answer) run through every layer. A chunk of bulk rows runs in refinement's o
 (refine_context), where its attention spans only the rows before it, and its K/V are copied into
 sequence 0's cells; others, and any where that context cannot take over the clean prefix, run in
 sequence 0's cache. A chunk is a whole ubatch: 512-row chunks refined a 6,000-token prompt 1.9 times
-as fast as 64-row ones (docs/MEASUREMENTS.md#refinement-in-whole-ubatches-stopped-inside-the-decode).
+as fast as 64-row ones (docs/measurements/prompt-cache.md#refinement-in-whole-ubatches-stopped-inside-the-decode).
 A new task does not wait for a chunk to end: the caller's `abort` check is asked inside the decode (llama.cpp's abort
 callback), which stops within a graph node; the stopped chunk leaves nothing and is done again later.
 

@@ -8,7 +8,7 @@ a chunk of bulk rows runs the layers from the split on from their kept streams (
 the rows before it as exact's prefill does, and its K/V of those layers are then copied into sequence
 0's cells at the same positions (same tokens, same positions, same exact history: the values an exact
 decode writes there; the lower layers' K/V there are exact already). Measured:
-docs/MEASUREMENTS.md#refinement-in-its-own-context.
+docs/measurements/prompt-cache.md#refinement-in-its-own-context.
 """
 from __future__ import annotations
 

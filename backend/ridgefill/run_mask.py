@@ -4,7 +4,7 @@ redecode_exact puts each run of a batch on its own sequence, which shares sequen
 run. llama.cpp's mask then hides from a run the new rows of the runs before it (they are on other
 sequences) and shows it their approximate cells instead. Decoding run after run avoids that, but a run
 of a few dozen rows takes llama.cpp's per-row flash-attention kernel, about twice as slow per row as the
-tiled kernel (GGML_FA_TILE_Q) a decode of 64 rows or more gets (docs/MEASUREMENTS.md#one-call-re-decode).
+tiled kernel (GGML_FA_TILE_Q) a decode of 64 rows or more gets (docs/measurements/guided-design.md#one-call-re-decode).
 
 This eval hook edits the batch's attention mask, a graph input that is already set when the scheduler
 asks about the first node and is read first by layer 0's attention: each run's queries are shown the new

@@ -148,7 +148,7 @@ def runtime(engine) -> RidgeFillRuntime:
 
 def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
     """Pay RidgeFill's one-time costs before any request is timed: the runtime, guided mode's Q weights
-    (paid by the first guided request otherwise: docs/MEASUREMENTS.md#guided-warm-up), and the maps of
+    (paid by the first guided request otherwise: docs/measurements/guided-design.md#guided-warm-up), and the maps of
     `split` (the model's default split when None) loaded and verified, if there are any."""
     from .defaults import default_split
     from .guided import DEFAULT as GUIDED

@@ -1,5 +1,5 @@
 """Sources ranked by the answer's attention as well as the question's, on the real questions (`off`)
-(MEASUREMENTS#sources-the-answers-own-attention-tried): `answer_sources.py dump OUT.pkl`, resumable,
+(docs/measurements/sources.md#sources-the-answers-own-attention-tried): `answer_sources.py dump OUT.pkl`, resumable,
 then `answer_sources.py replay OUT.pkl` (the real best_places on each ranking: top and any of 3).
 
 The answer's attention: its generated rows (up to 32) as the probe window at the scoring layer, the

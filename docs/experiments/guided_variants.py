@@ -1,5 +1,5 @@
 """Guided variants on the real questions exact or guided answered at the default
-(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text):
+(docs/measurements/real-questions.md#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text):
 `guided_variants.py OUT.jsonl VARIANT,... [ID,...]`.
 
 Variants: `default`; `sN` (split N); `wide` (32 places in 1,024 rows); `fwd` (80 rows forward);

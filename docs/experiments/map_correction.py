@@ -1,6 +1,6 @@
 """The maps' relative error on a document's rows before and after a correction fitted on 576 of its own
 rows (its last 64 and 16 random runs of 32), for the first prompt of 8 real-QA documents
-(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text).
+(docs/measurements/real-questions.md#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text).
 Prints, per document and per λ scale (λ = scale · trace(XᵀX) / d), the error without and with it."""
 import numpy as np
 import torch

@@ -1,4 +1,4 @@
-"""The ridge map's relative error per real-QA document (MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text).
+"""The ridge map's relative error per real-QA document (docs/measurements/real-questions.md#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text).
 
 For one prompt of each document: the exact streams entering the split and every later layer, the maps'
 prediction from the first, and ||predicted - exact|| / ||exact|| per row, averaged over the late layers;

@@ -1,4 +1,4 @@
-"""Two `sources` runs compared on the items both hold (MEASUREMENTS#sources-the-questions-rows-alone):
+"""Two `sources` runs compared on the items both hold (docs/measurements/sources.md#sources-the-questions-rows-alone):
 `paired_sources.py BEFORE.jsonl AFTER.jsonl`. Per mode and haystack: n, top and any of 3 before and
 after, and the items whose hit changed either way."""
 import json

@@ -1,5 +1,5 @@
 """Which of the probe's rows, heads and aggregations rank the real questions' sources best (`off`;
-MEASUREMENTS#sources-the-questions-rows-alone): `query_rows.py dump DIR` keeps, a file per question
+docs/measurements/sources.md#sources-the-questions-rows-alone): `query_rows.py dump DIR` keeps, a file per question
 (resumable), the scoring layer's attention logits of every probe row and head over the document's rows,
 for the question and the contrast question; `query_rows.py replay DIR` ranks them each way and runs the
 real best_places on each ranking (top and any of 3), on the half of the documents the choices are made

@@ -1,5 +1,5 @@
 """Maps for one split fitted on the shipped prose corpus plus the texts of a folder, for guided_variants.py
-(MEASUREMENTS#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text): `refit_maps.py OUT.pt FOLDER [SPLIT]`.
+(docs/measurements/real-questions.md#where-guided-loses-real-answers-variants-the-maps-error-maps-fitted-on-technical-text): `refit_maps.py OUT.pt FOLDER [SPLIT]`.
 
 The app's own calibration (calibration_sequences: each text and its chat copy, cut to 2,560 tokens, every
 4th row, every 5th document held out to choose λ) on the exact model; writes OUT.pt (prose and folder)

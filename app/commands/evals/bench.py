@@ -26,7 +26,7 @@ def run(args) -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     engine = open_engine(args)
     # Exact is timed at its best: on a sliding-window model, without the full-size window cache that the
-    # RidgeFill engine keeps for its re-decodes (docs/MEASUREMENTS.md#guided-on-sliding-window-models).
+    # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
     split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
     rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
