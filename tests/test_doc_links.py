@@ -97,3 +97,15 @@ def test_the_measurement_index_lists_every_section():
         for anchor in anchors(topic):
             if not anchor.startswith("measurements-"):  # the topic file's own title
                 assert f"measurements/{topic.name}#{anchor})" in index, f"the index does not list {topic.name}#{anchor}"
+
+
+def test_every_relative_file_link_in_the_docs_exists():
+    """`[text](path.md)` and `![alt](path.png)` in the .md files: a moved or renamed file breaks none."""
+    missing = []
+    for path in repo_files((".md",)):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in re.finditer(r"\]\(([^)\s#:]+\.(?:md|png|jpg|svg))(?:#[^)\s]*)?\)", text):
+            if not (path.parent / m.group(1)).exists():
+                line = text.count("\n", 0, m.start()) + 1
+                missing.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {m.group(1)}")
+    assert not missing, "links to files that do not exist:\n" + "\n".join(missing)
