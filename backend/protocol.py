@@ -41,6 +41,7 @@ class CompletionRequest:
     split: int | None = None  # RidgeFill split S; None = the model's default
     tail: int | None = None  # exact tail T; None = the default
     quality_share: float | None = None  # quality: share of bulk rows made exact; None = the default
+    window_bulk: bool | None = None  # bulk attention below the split windowed; None = the model's default
     reuse_prefix: bool = True  # reuse a matching cached prompt prefix (cache_n > 0)
     # The documents the messages frame (backend.documents.DocumentText: name, text, page starts), in the
     # order attached: the answer's sources point into them (backend/sources.py). None: no documents.

@@ -143,3 +143,28 @@ def test_a_failed_layout_check_refuses_ridgefill(tmp_path, monkeypatch):
         toks = [1] + [int(t) for t in np.random.default_rng(3).integers(3, 299, 1700)]
         rep = ridgefill_prefill(engine, toks, "plumb", 2, 512)
         assert rep.mode == "off" and "layout test refusal" in rep.note and engine.slot.record.all_exact
+
+
+def test_windowed_bulk_attention_changes_only_the_global_layer_below_the_split(tmp_path):
+    """gemma3 (globals 5 and 11, window 64) at S = 7, bulk attention windowed: a bulk row's stream
+    entering the split is exact's for the first rows (their whole history lies inside the window) and
+    not for rows far beyond it (layer 5 no longer reads the far rows); at S = 5 nothing below the split
+    is global, so the windowed bulk is the plain one."""
+    path = write_tiny_gguf(tmp_path / "tiny-gemma3.gguf", "gemma3", n_layer=12)
+    with Engine(EngineConfig(str(path), n_ctx=2048, n_threads=2)) as engine:
+        rng = np.random.default_rng(1)
+        toks = [1] + [int(t) for t in rng.integers(3, 299, 1600)]
+        exact = capture_streams(engine, [toks[:1024]], [7])[7]
+        for windowed in (False, True):
+            rep = ridgefill_prefill(engine, toks, "plumb", 7, 512, window_bulk=windowed)
+            assert rep.mode == "plumb" and rep.bulk_n == 1024, rep.note
+            got = engine.slot.record.split_streams(7, list(range(1024)))
+            near = np.abs(got[:60] - exact[:60]).max() / np.abs(exact[:60]).max()
+            far = np.abs(got[600:] - exact[600:]).max() / np.abs(exact[600:]).max()
+            assert near < 1e-3, near
+            assert (far > 1e-2) == windowed, far
+        logits = {}
+        for windowed in (False, True):
+            ridgefill_prefill(engine, toks, "plumb", 5, 512, window_bulk=windowed)
+            logits[windowed] = engine.last_logits()
+        assert _kl(logits[False], logits[True]) < 1e-12

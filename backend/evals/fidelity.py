@@ -41,6 +41,7 @@ class Setting:
     split: int | None = None
     kv_type: str = "f16"
     ubatch: int = N_BATCH
+    window_bulk: bool | None = None  # guided:6w: the bulk's attention below the split windowed
 
     @property
     def engine_key(self) -> tuple[str, int]:
@@ -48,7 +49,8 @@ class Setting:
 
 
 def parse_setting(text: str) -> Setting:
-    """off | q8 | mb128 | MODE[:SPLIT] for a RidgeFill mode; DocumentError for anything else."""
+    """off | q8 | mb128 | MODE[:SPLIT[w]] for a RidgeFill mode (w: windowed bulk attention);
+    DocumentError for anything else."""
     name, _, split = text.strip().partition(":")
     if name in ("off", "exact") and not split:
         return Setting(EXACT, EXACT)
@@ -56,8 +58,10 @@ def parse_setting(text: str) -> Setting:
         return Setting("q8", EXACT, kv_type="q8_0")
     if name == "mb128" and not split:
         return Setting("mb128", EXACT, ubatch=128)
+    windowed = split.endswith("w")
+    split = split.removesuffix("w")
     if name in RIDGEFILL_MODES and name != "plumb" and (not split or split.isdigit()):
-        return Setting(text.strip(), name, int(split) if split else None)
+        return Setting(text.strip(), name, int(split) if split else None, window_bulk=windowed or None)
     raise DocumentError(f"unknown setting {text!r}: use off, q8, mb128, or a mode (guided, speed, quality) "
                         "with an optional :SPLIT")
 
@@ -74,7 +78,7 @@ def reply_nll(engine, prompt: list[int], reply: list[int]) -> float | None:
 
 def item_request(doc: QuestionedDocument, question: str, setting: Setting) -> CompletionRequest:
     return CompletionRequest(messages=document_messages(doc.text, question), max_tokens=MAX_TOKENS,
-                             mode=setting.mode, split=setting.split)
+                             mode=setting.mode, split=setting.split, window_bulk=setting.window_bulk)
 
 
 def score_fields(reply: str, q) -> dict:

@@ -86,6 +86,19 @@ def split_or_default(info, split: int | None) -> int:
     return default_split(info) if split is None else int(split)
 
 
+# (architecture, n_layer, n_embd) -> the splits whose bulk attention runs windowed by default
+# (docs/LONG_DOCUMENTS.md#windowed-bulk-attention); none until the long set says so
+WINDOWED_BULK: dict[tuple, frozenset[int]] = {}
+
+
+def window_bulk_or_default(info, split: int, asked: bool | None) -> bool:
+    """Whether the bulk pass's attentions below `split` see the sliding window only: as asked, else the
+    measured default for this model and split."""
+    if asked is not None:
+        return bool(asked)
+    return split in WINDOWED_BULK.get((info.architecture, info.n_layer, info.n_embd), frozenset())
+
+
 def tail_or_default(info, tail: int | None) -> int:
     """`tail` as asked, or the model's default tail when None."""
     return default_tail(info) if tail is None else int(tail)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
-from .defaults import MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default
+from .defaults import (MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default,
+                       window_bulk_or_default)
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .runtime import runtime
@@ -30,6 +31,7 @@ class RidgeFillPlan:
     share: float | None = None  # quality: share of bulk rows made exact
     guided: GuidedParams = GuidedParams()  # guided: how the question's attention picks rows
     write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
+    window_bulk: bool = False  # bulk rows' attentions below the split see the sliding window only
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
         return run_plan(engine, self, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
@@ -58,9 +60,11 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
 
 def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, maps=None,
                    share: float | None = None, guided: GuidedParams | None = None,
-                   write_late: bool = True) -> RidgeFillPlan | ExactPrefill:
+                   write_late: bool = True, window_bulk: bool = False) -> RidgeFillPlan | ExactPrefill:
     """A RidgeFill plan for a prompt of `n_tokens`, or ExactPrefill with the reason it cannot run.
-    `maps` None: the verified maps for this model and split (loaded once, see runtime.py)."""
+    `maps` None: the verified maps for this model and split (loaded once, see runtime.py). `window_bulk`:
+    the bulk pass's attentions below the split see the sliding window only (a model whose layer 0 is a
+    sliding-window layer; elsewhere ignored, and the note says so)."""
     why = refusal(engine, n_tokens, mode, split, tail)
     if why:
         return ExactPrefill(why)
@@ -71,8 +75,11 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
         note = (f"{mode} mode needs every row's sliding window kept, and this engine runs without a "
                 f"full-size sliding-window cache: ran {runs}.")
         mode = runs
+    if window_bulk and 0 not in rt.swa_layers:
+        note = (note + " " if note else "") + "windowed bulk attention needs sliding-window layers: ran full."
+        window_bulk = False
     if mode == "plumb":
-        return RidgeFillPlan("plumb", split, tail, write_late=write_late)
+        return RidgeFillPlan("plumb", split, tail, write_late=write_late, window_bulk=window_bulk)
     if maps is None:
         from .maps import MapsMissing, MapsRefused
 
@@ -84,10 +91,10 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
     if getattr(maps, "split", split) != split or set(maps.layers) != late:
         return ExactPrefill(f"the maps are for split {getattr(maps, 'split', '?')} and layers "
                             f"{list(maps.layers)[:1]}.., not split {split}: ran exact.")
-    tag = f"s{split}:{getattr(maps, 'folder', id(maps))}"
+    tag = f"s{split}{'w' if window_bulk else ''}:{getattr(maps, 'folder', id(maps))}"
     return RidgeFillPlan(mode, split, tail, maps=maps, tag=tag, note=note,
                          warnings=list(getattr(maps, "warnings", []) or []), share=share,
-                         guided=guided or GuidedParams(), write_late=write_late)
+                         guided=guided or GuidedParams(), write_late=write_late, window_bulk=window_bulk)
 
 
 def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:
@@ -96,12 +103,14 @@ def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFill
         return ExactPrefill()
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
-    return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share)
+    window = window_bulk_or_default(engine.info, split, request.window_bulk)
+    return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share,
+                          window_bulk=window)
 
 
 def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,
                       reuse_prefix: bool = False, write_late: bool = True, share: float | None = None,
-                      guided=None) -> PrefillReport:
+                      guided=None, window_bulk: bool = False) -> PrefillReport:
     """Plan and run a RidgeFill prefill of `tokens` (evals and tests; requests go through plan_prefill).
     Leaves the last token's logits ready, like Engine.prefill.
 
@@ -110,5 +119,5 @@ def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None,
     or written the same way; `share` (quality): the share of bulk rows made exact again; `guided`: a
     guided.GuidedParams."""
     plan = plan_ridgefill(engine, len(tokens), mode, split, tail, maps=maps, share=share, guided=guided,
-                          write_late=write_late)
+                          write_late=write_late, window_bulk=window_bulk)
     return plan.run(engine, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)
