@@ -87,7 +87,7 @@ def split_or_default(info, split: int | None) -> int:
 
 
 # (architecture, n_layer, n_embd) -> the splits whose bulk attention runs windowed by default
-# (docs/LONG_DOCUMENTS.md#windowed-bulk-attention); none until the long set says so
+# (docs/LONG_DOCUMENTS.md#gemma-3-at-split-5-and-windowed-bulk-attention); none until the long set says so
 WINDOWED_BULK: dict[tuple, frozenset[int]] = {}
 
 

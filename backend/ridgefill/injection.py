@@ -37,7 +37,7 @@ class _BulkTap(CellTap):
     `windowed`: every attention below the split reads the sliding-window layers' mask, so a global layer
     there (Gemma 3's layer 5 at S = 6) attends to the window alone: its K/V stay exact, its output for
     bulk rows loses the far rows and costs what a sliding-window layer does
-    (docs/LONG_DOCUMENTS.md#windowed-bulk-attention)."""
+    (docs/LONG_DOCUMENTS.md#gemma-3-at-split-5-and-windowed-bulk-attention)."""
 
     def __init__(self, split: int, layout, windowed: bool = False):
         self.cut_name = f"l_out-{split - 1}".encode()
