@@ -4,9 +4,10 @@ asks (the late K/V writes, the modes a plan may run, guided scoring, a saved sta
 The window comes from the GGUF (`*.attention.sliding_window`); which layers use it comes from the graph,
 since llama.cpp sets most families' layer pattern in its own code, not in the file: with a window, it
 keeps two caches (llama_kv_cache_iswa), and each layer writes through its cache's cell-index input.
-No model family's pattern is written here. Whether the model has a window at all (the engine's pinned
-sequence, the default tail, what a saved state keeps) is asked before any graph exists: that is the
-GGUF's window itself (`ModelInfo.has_sliding_window`), the same number as a policy's `window`.
+No model family's pattern is written here. Made once per engine by the one that sees the graph,
+RidgeFill's runtime (`rt.windows`, backend/ridgefill/runtime.py). Whether the model has a window at all
+(the engine's pinned sequence, the default tail, what a saved state keeps) is asked before any graph
+exists: that is the GGUF's window itself (`ModelInfo.has_sliding_window`), a policy's `window`.
 """
 from __future__ import annotations
 
