@@ -14,7 +14,7 @@ def build_window(args=None):
 
     settings = Settings.load()
     # command-line options win over the saved settings for this run, and are not saved into them
-    overrides = RunOverrides(getattr(args, "model", None), getattr(args, "threads", None))
+    overrides = RunOverrides(getattr(args, "model", None), getattr(args, "threads", None), getattr(args, "ctx", None))
     settings.use_cache_location()
     service = EngineClient(overrides.apply(settings.engine_settings()))
     window = MainWindow(settings, service, ConversationStore(), overrides=overrides)

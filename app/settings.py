@@ -113,14 +113,15 @@ def _merged(on_disk: dict, mine: dict, base: dict | None) -> dict:
 
 @dataclass
 class RunOverrides:
-    """What the command line chose for this run only (`--model`, `--threads`): applied over the saved
-    settings wherever the engine is (re)built, never written into them. Opening another model in the
-    window ends the model override."""
+    """What the command line chose for this run only (`--model`, `--threads`, `--ctx`): applied over the
+    saved settings wherever the engine is (re)built, never written into them. Opening another model in
+    the window ends the model override. A `--ctx` of 0 (its default) leaves the saved context size."""
 
     model_path: str | None = None
     threads: int | None = None
+    n_ctx: int | None = None
 
     def apply(self, engine: EngineSettings) -> EngineSettings:
         return replace(engine, model_path=self.model_path or engine.model_path,
-                       n_threads=self.threads or engine.n_threads)
+                       n_threads=self.threads or engine.n_threads, n_ctx=self.n_ctx or engine.n_ctx)
 

@@ -40,10 +40,9 @@ def generate(engine, max_tokens: int, *, sampler: SamplerChain, end: AnswerEnd |
             finish = "stop"
             break
         out.append(tok)
-        piece = decoder.decode(engine.token_bytes(tok))
+        reason = end.feed(decoder.decode(engine.token_bytes(tok)))
         if on_event is not None:
-            on_event(TokenEvent(tok, piece))
-        reason = end.feed(piece)
+            on_event(TokenEvent(tok, end.shown()))  # never part of a stop string
         if reason is not None:
             finish, ended = reason, True
             break
@@ -51,5 +50,7 @@ def generate(engine, max_tokens: int, *, sampler: SamplerChain, end: AnswerEnd |
             break
         slot.decode([tok], len(slot), logits_last=True)
     if not ended:
-        end.feed(decoder.decode(b"", final=True))
+        rest = end.finish(decoder.decode(b"", final=True))  # held as a stop string's possible start, or bytes
+        if rest and on_event is not None:
+            on_event(TokenEvent(-1, rest))
     return Answer(out, end.text, finish, first_token_at)

@@ -7,7 +7,6 @@ by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from .protocol import Timings
 
@@ -40,14 +39,6 @@ class PrefillReport:
         t.prompt_n = n_prompt - self.cache_n
         t.prompt_per_second = t.prompt_n / (self.prompt_ms / 1000) if self.prompt_ms > 0 else 0.0
         return t
-
-
-class PrefillPlan(Protocol):
-    """A decided way to prefill one request (backend/ridgefill/plan.py decides)."""
-
-    mode: str
-
-    def run(self, engine, tokens: list[int], *, reuse_prefix: bool, on_event, cancel) -> PrefillReport: ...
 
 
 @dataclass

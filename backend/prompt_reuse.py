@@ -193,7 +193,7 @@ def _first_layer_of(rt, state, i: int) -> int | None:
     if len(state.sections) == 1:
         groups = [layers]
     else:
-        groups = [[il for il in layers if il not in rt.swa_layers], [il for il in layers if il in rt.swa_layers]]
+        groups = [list(rt.windows.global_layers), sorted(rt.windows.windowed)]
     if len(groups) != len(state.sections) or not groups[i] or len(groups[i]) != state.sections[i].n_layer:
         return None
     return groups[i][0]

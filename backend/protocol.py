@@ -98,7 +98,9 @@ class ProgressEvent:
 
 @dataclass
 class TokenEvent:
-    """Sent for each generated token; `text` may be empty while a UTF-8 character is incomplete."""
+    """Sent for each generated token; `text` may be empty while a UTF-8 character is incomplete or what
+    could start a stop string is held back (token -1: held text given out after the last token). The
+    streamed texts add up to the answer's text."""
 
     token: int
     text: str

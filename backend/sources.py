@@ -128,7 +128,7 @@ def answer_sources(engine, tokens: list[int], documents: list[DocumentText], *, 
     if not candidates:
         return [], "no document row has a known cache cell (RidgeFill's layout was not known at prefill)"
     split = min(default_split(engine.info), engine.info.n_layer - 1)
-    layers = GUIDED.scoring_layers(engine.info.n_layer, max(split, 2), rt.swa_layers)
+    layers = GUIDED.scoring_layers(engine.info.n_layer, max(split, 2), rt.windows.windowed)
     with one_torch_thread():
         per_layer = layer_scores(engine, rt, tokens, candidates, probe(engine, tokens, layers, window), rows=ROWS)
         if contrast:

@@ -94,8 +94,10 @@ class LoopWatch:
 
 
 class AnswerEnd:
-    """The stop strings of a request and, when asked, the loop watch. `feed` each piece of the answer;
-    a reason ("stop" or "loop") once the answer is over, and `text`: the answer, cut before a stop string.
+    """The stop strings of a request and, when asked, the loop watch: the one place an answer is cut at a
+    stop string. `feed` each piece of the answer; a reason ("stop" or "loop") once the answer is over, and
+    `text`: the answer, cut before a stop string. `shown()`: what of it may be shown now, so a streamed
+    answer never shows part of a stop string (text that could start one is held until it cannot).
     `ends`: stop strings that end an answer only once it has begun (a base model's paragraph end, which
     may come before its first word)."""
 
@@ -105,6 +107,8 @@ class AnswerEnd:
         self.ends = [s for s in ends if s]
         self._loops = LoopWatch() if stop_loops else None
         self.text = ""
+        self.over = False
+        self._shown = 0  # how much of `text` shown() has given out
 
     def feed(self, piece: str) -> str | None:
         start = max(0, len(self.text) - max((len(s) for s in self.stop + self.ends), default=0))
@@ -112,11 +116,35 @@ class AnswerEnd:
         cuts = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
         cuts += [i for i in (self._begun_end(s, start) for s in self.ends) if i >= 0]
         if cuts:
-            self.text = self.text[: min(cuts)]
+            self.text, self.over = self.text[: min(cuts)], True
             return "stop"
         if self._loops is not None and self._loops.feed(piece):
+            self.over = True
             return "loop"
         return None
+
+    def finish(self, last: str = "") -> str:
+        """The answer ended otherwise (its end, the token limit, a cancel): `last` text is its last; what
+        shown() had not given out yet."""
+        self.feed(last)
+        self.over = True
+        return self.shown()
+
+    def shown(self) -> str:
+        """The answer's text not given out yet that no stop string can still begin in (all of it once over)."""
+        end = len(self.text) if self.over else len(self.text) - self._held()
+        out, self._shown = self.text[self._shown:end], max(self._shown, end)
+        return out
+
+    def _held(self) -> int:
+        """The length of the longest end of `text` that a stop string starts with."""
+        keep = 0
+        for s in self.stop + self.ends:
+            for k in range(min(len(s) - 1, len(self.text)), keep, -1):
+                if self.text.endswith(s[:k]):
+                    keep = k
+                    break
+        return keep
 
     def _begun_end(self, end: str, start: int) -> int:
         """Where `end` first comes after the answer's first non-space text (-1: nowhere yet)."""

@@ -137,3 +137,15 @@ def test_greedy_answer_contains_the_expected_word(small_engine):
                                        "Answer with the number only.", max_tokens=16, sampling=GREEDY))
     assert "5820417" in result.text
     assert result.finish_reason in ("stop", "length")
+
+
+def test_streamed_pieces_add_up_to_an_answer_cut_at_its_stop_string(small_engine):
+    """The engine cuts an answer at a stop string once (backend/stopping.py): its pieces never show part
+    of one and add up to the answer, which ends with the reason "stop"."""
+    full = complete(small_engine, ask("Count from one to five.", max_tokens=12, reuse_prefix=False)).text
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    events = []
+    result = complete(small_engine, ask("Count from one to five.", max_tokens=12, reuse_prefix=False, stop=[stop]),
+                      on_event=events.append)
+    streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert result.text == streamed == full[: full.find(stop)] and result.finish_reason == "stop"

@@ -30,7 +30,7 @@ def test_plumb_equals_off_on_tiny_models(tmp_path, arch, n_layer, split):
         st = runtime(engine)
         assert st.refused is None, st.refused
         if arch == "gemma3":  # two caches: global layers 5 and 11 use another cell-index input
-            assert st.swa_layers == {il for il in range(12) if il % 6 != 5} and st.n_swa == 64
+            assert st.windows.global_layers == (5, 11) and st.windows.window == 64
         rng = np.random.default_rng(1)
         toks = [1] + [int(t) for t in rng.integers(3, 299, 1600)]
         streams = capture_streams(engine, [toks[:300]], [0, split], stride=2)
@@ -69,7 +69,7 @@ def test_plumb_equals_off_on_gemma3_270m(gemma3_path):
     with Engine(EngineConfig(gemma3_path, n_ctx=2560, n_threads=2)) as engine:
         st = runtime(engine)
         assert st.refused is None, st.refused
-        assert st.swa_layers and 5 not in st.swa_layers and 11 not in st.swa_layers
+        assert st.windows.global_layers == (5, 11, 17) and st.windows.window == 512
         doc = engine.tokenize("\n\n".join(corpus_texts()))[:2040]
         toks = doc + engine.tokenize("\n\nAs written above: ", add_special=False) + doc[200:214]
         engine.slot.prefill(toks, reuse_prefix=False)

@@ -14,6 +14,7 @@ from backend.protocol import CompletionRequest
 from backend.ridgefill.defaults import DEFAULT_TAIL, MIN_BULK, MIN_TAIL
 from backend.ridgefill.maps import MapsMissing, MapsRefused
 from backend.ridgefill.plan import RidgeFillPlan, plan_prefill, plan_ridgefill, refusal
+from backend.window_policy import WindowPolicy
 
 N_LAYER = 30
 SPLIT = 18  # SmolLM2's measured split (defaults.MEASURED_SPLITS), the default of the fake model below
@@ -34,10 +35,14 @@ class FakeMaps:
     warnings: list = field(default_factory=list)
 
 
+def _windowed(layers: set[int]) -> WindowPolicy:
+    return WindowPolicy(N_LAYER, window=64, windowed=frozenset(layers))
+
+
 @dataclass
 class FakeRuntime:
     refused: str | None = None
-    swa_layers: set = field(default_factory=set)
+    windows: WindowPolicy = field(default_factory=lambda: WindowPolicy(N_LAYER))
     windows_kept: bool = True  # the engine keeps every row's sliding window (Engine.pin_seq)
     min_split: int = 1
     found: object = field(default_factory=FakeMaps)  # what maps() gives, or the exception it raises
@@ -116,7 +121,7 @@ def test_min_split_is_the_last_cache_groups_first_layer():
 
     from backend.ridgefill.runtime import _min_split
 
-    gemma = SimpleNamespace(layers={il: SimpleNamespace(k_index="g" if il % 6 == 5 else "s") for il in range(18)})
+    gemma = SimpleNamespace(layers={il: SimpleNamespace(k_index="g" if il in (5, 11, 17) else "s") for il in range(18)})
     assert _min_split(gemma) == 5
     one = SimpleNamespace(layers={il: SimpleNamespace(k_index="k") for il in range(30)})
     assert _min_split(one) == 1
@@ -134,11 +139,11 @@ def test_a_refused_runtime_runs_exact_with_its_reason():
 
 @pytest.mark.parametrize("mode", ["guided", "quality"])
 def test_a_redecoding_mode_runs_as_speed_where_sliding_windows_are_evicted(mode):
-    eng = FakeEngine(ridgefill=FakeRuntime(swa_layers={0, 1, 2}, windows_kept=False))
+    eng = FakeEngine(ridgefill=FakeRuntime(windows=_windowed({0, 1, 2}), windows_kept=False))
     plan = plan_ridgefill(eng, LONG, mode, SPLIT, 64)
     assert isinstance(plan, RidgeFillPlan) and plan.mode == "speed"
     assert "needs every row's sliding window kept" in plan.note and plan.note.endswith("ran speed.")
-    kept = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(swa_layers={0, 1, 2})), LONG, mode, SPLIT, 64)
+    kept = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(windows=_windowed({0, 1, 2}))), LONG, mode, SPLIT, 64)
     assert kept.mode == mode and kept.note == ""
 
 
@@ -146,7 +151,7 @@ def test_modes_run_as_asked_without_sliding_window_layers():
     for mode in ("speed", "quality", "guided"):
         plan = plan_ridgefill(FakeEngine(), LONG, mode, SPLIT, 64)
         assert plan.mode == mode and plan.note == ""
-    plan = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(swa_layers={0})), LONG, "speed", SPLIT, 64)
+    plan = plan_ridgefill(FakeEngine(ridgefill=FakeRuntime(windows=_windowed({0}))), LONG, "speed", SPLIT, 64)
     assert plan.mode == "speed" and plan.note == ""
 
 
@@ -210,7 +215,7 @@ def test_gemma3_gets_its_window_as_tail_and_runs_guided():
     info = _info("gemma3", n_layer=18, n_embd=640, sliding_window=512)  # Gemma 3 270M's GGUF says 512
     split = default_split(info, tuned=False)
     maps = FakeMaps(split, tuple(range(split + 1, 18)), "gemma-s")
-    eng = FakeEngine(info=info, ridgefill=FakeRuntime(swa_layers={0, 1, 2, 3, 4}, found=maps))
+    eng = FakeEngine(info=info, ridgefill=FakeRuntime(windows=_windowed({0, 1, 2, 3, 4}), found=maps))
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
     assert (plan.mode, plan.split, plan.tail) == ("guided", split, SLIDING_WINDOW_TAIL) and plan.note == ""
     assert default_mode(info) == plan.mode == default_mode(_info()) == "guided"
@@ -219,7 +224,7 @@ def test_gemma3_gets_its_window_as_tail_and_runs_guided():
 def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split():
     from backend.ridgefill.guided import GuidedParams
 
-    swa = {il for il in range(18) if il % 6 != 5}  # gemma3: globals 5, 11, 17
+    swa = set(range(18)) - {5, 11, 17}  # Gemma 3's global layers
     assert GuidedParams().scoring_layers(18, 9, swa) == [5]
     assert GuidedParams(layers=(0.24, 0.6)).scoring_layers(18, 13, swa) == [5, 11]
     assert GuidedParams().scoring_layers(30, 12) == [7]  # no sliding window: as the share says

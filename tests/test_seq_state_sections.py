@@ -99,7 +99,7 @@ def test_a_real_gemma3_state_reloads_with_every_rows_global_cell(tmp_path):
         a.slot.prefill(toks, reuse_prefix=False)
         assert save_rows(a, cache) is not None
         rt = runtime(b)  # set up first: the load's cells are then checked against the live cache
-        assert rt.swa_layers and 5 not in rt.swa_layers
+        assert rt.windows.has_windows and not rt.windows.is_windowed(5)
         assert restore(b, cache, toks, None) == "" and len(b.slot.record) == len(toks)
         assert b.slot.record.cells(list(range(len(toks)))) == list(range(len(toks)))
         # a prefilled row p into cell p of a fresh cache: b's cell p holds the same global K row

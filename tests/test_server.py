@@ -14,7 +14,7 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from app.commands.serve import DEFAULT_MODE  # noqa: E402
-from app.server.schema import ApiError, Defaults, StopFilter, parse_request  # noqa: E402
+from app.server.schema import ApiError, Defaults, parse_request  # noqa: E402
 from backend.sampling import APP_DEFAULTS, GREEDY  # noqa: E402
 
 DOC = ("Notes from the island survey. The lighthouse keeper's cat is named Biscuit. The old pier is 140 metres "
@@ -323,15 +323,6 @@ def test_small_load(server):
     assert s["sent"] == 6 and s["lost"] == 0 and s["answered"] + s["rejected"] == 6, s
     assert s["answered"] == 6  # the queue (16) holds them all
     assert report.healthy_after, s
-
-
-def test_stop_filter_holds_back_what_may_start_a_stop_sequence():
-    f = StopFilter(["\n\n", "END"])
-    shown = [f.feed(p) for p in ["Hello E", "N", "d wor", "ld\n", "x\n", "\nmore"]]
-    assert shown == ["Hello ", "", "ENd wor", "ld", "\nx", ""] and f.hit
-    assert f.text + f.flush() == "Hello ENd world\nx"
-    g = StopFilter(["xyz"])
-    assert [g.feed(p) for p in ["ab", "x", "y"]] == ["ab", "", ""] and g.flush() == "xy" and not g.hit
 
 
 def test_health_shows_the_prompt_cache_the_v1_requests_share(server, client, model):

@@ -89,3 +89,24 @@ def test_the_same_line_under_other_headings_is_not_a_loop_and_a_section_again_is
                                 "## Dates\nNot stated in the document.\n")
     assert LoopWatch().feed("**Monday**\n- gym\n**Monday**\n- gym\n")  # the same section again
     assert LoopWatch().feed("Summary:\nThe sky is blue. The sky is blue. The sky is blue.\n")  # within one section
+
+
+def test_a_streamed_answer_never_shows_part_of_a_stop_string():
+    """What could start a stop string is held until it cannot; the answer is cut before the stop string."""
+    end = AnswerEnd(["\n\n", "END"])
+    reasons, shown = [], []
+    for piece in ["Hello E", "N", "d wor", "ld\n", "x\n", "\nmore"]:
+        reasons.append(end.feed(piece))
+        shown.append(end.shown())
+    assert shown == ["Hello ", "", "ENd wor", "ld", "\nx", ""] and reasons[-1] == "stop"
+    assert "".join(shown) == end.text == "Hello ENd world\nx"
+    other = AnswerEnd(["xyz"])
+    assert [(other.feed(p), other.shown()) for p in ["ab", "x", "y"]] == [(None, "ab"), (None, ""), (None, "")]
+    assert other.finish() == "xy" and other.text == "abxy"  # the answer ended otherwise: the held text is given out
+
+
+def test_an_answers_end_is_held_only_once_the_answer_has_begun():
+    end = AnswerEnd(ends=["\n\n"])
+    assert [(end.feed(p), end.shown()) for p in ["\n", "\n", "Hi\n", "\nnext"]] == \
+        [(None, ""), (None, "\n"), (None, "\nHi"), ("stop", "")]
+    assert end.text == "\n\nHi"

@@ -44,7 +44,6 @@ from app.server.schema import (
     ApiError,
     Defaults,
     Parsed,
-    StopFilter,
     chunk,
     finish_reason,
     model_card,
@@ -323,30 +322,24 @@ class ApiServer:
         self.stats["failed"] += 1
         return ApiError(500, msg.message, type="server_error", code=msg.error_type)
 
-    async def _whole(self, p: Parsed, run: EngineRun, msg, rid: str, mid: str, created: int, t0: float) -> Response:
-        stop = StopFilter(p.stop)
-        raw = ""
+    async def _messages(self, run: EngineRun, msg):
+        """The run's messages from `msg` (its first) on, its end (TaskDone, TaskFailed, TaskCancelled) last."""
         while True:
-            if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent):
-                raw += msg.event.text
-                stop.feed(msg.event.text)
-                if stop.hit:
-                    run.cancel()  # the answer is complete: free the engine
-            elif isinstance(msg, TaskDone):
-                result = msg.result
+            yield msg
+            if isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):
+                return
+            msg = await self._next(run)
+
+    async def _whole(self, p: Parsed, run: EngineRun, msg, rid: str, mid: str, created: int, t0: float) -> Response:
+        async for msg in self._messages(run, msg):
+            if isinstance(msg, TaskDone):
                 if run.client_gone:
                     return Response(status_code=499)
-                if not stop.hit:
-                    stop.feed(result.text[len(raw):] if result.text.startswith(raw) else "")
-                text = stop.text + stop.flush() if p.stop else result.text
-                self._log_answer(p, result, t0)
-                self.stats["answered"] += 1
-                return JSONResponse(response(p, rid, mid, created, text, result, stop.hit))
-            elif isinstance(msg, TaskFailed):
+                self._answered(p, msg.result, t0)
+                return JSONResponse(response(p, rid, mid, created, msg.result))
+            if isinstance(msg, TaskFailed):
                 raise await self._failure(msg, p)
-            elif isinstance(msg, TaskCancelled):
-                return Response(status_code=499)
-            msg = await self._next(run)
+        return Response(status_code=499)  # TaskCancelled
 
     async def _stream(self, p: Parsed, run: EngineRun, msg, watcher: asyncio.Task, rid: str, mid: str,
                       created: int, t0: float):
@@ -355,39 +348,26 @@ class ApiServer:
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-        stop = StopFilter(p.stop)
-        raw = ""
+        sent = ""  # the engine's pieces never hold part of a stop sequence (backend/stopping.py)
         try:
             if p.chat:
                 yield sse(chunk(p, rid, mid, created, role=True))
-            while True:
-                if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent):
-                    raw += msg.event.text
-                    piece = stop.feed(msg.event.text)
-                    if piece:
-                        yield sse(chunk(p, rid, mid, created, text=piece))
-                    if stop.hit:
-                        run.cancel()
+            async for msg in self._messages(run, msg):
+                if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent) and msg.event.text:
+                    sent += msg.event.text
+                    yield sse(chunk(p, rid, mid, created, text=msg.event.text))
                 elif isinstance(msg, TaskDone):
                     result = msg.result
-                    rest = "" if stop.hit else stop.feed(result.text[len(raw):] if result.text.startswith(raw) else "")
-                    rest += stop.flush()
+                    rest = result.text[len(sent):] if result.text.startswith(sent) else ""
                     if rest:
                         yield sse(chunk(p, rid, mid, created, text=rest))
-                    yield sse(chunk(p, rid, mid, created, reason=finish_reason(result, stop.hit), result=result))
+                    yield sse(chunk(p, rid, mid, created, reason=finish_reason(result), result=result))
                     if p.include_usage:
                         yield sse(usage_chunk(p, rid, mid, created, result))
                     yield "data: [DONE]\n\n"
-                    self._log_answer(p, result, t0)
-                    self.stats["answered"] += 1
-                    return
+                    self._answered(p, result, t0)
                 elif isinstance(msg, TaskFailed):
-                    err = await self._failure(msg, p)
-                    yield sse(err.body)
-                    return
-                elif isinstance(msg, TaskCancelled):
-                    return
-                msg = await self._next(run)
+                    yield sse((await self._failure(msg, p)).body)
         except ApiError as err:  # the engine went silent mid-answer: the status line has gone, so say it here
             self.stats[f"rejected_{err.status}"] += 1
             yield sse(err.body)
@@ -397,8 +377,9 @@ class ApiServer:
                 run.client_gone = True
                 run.cancel()
 
-    @staticmethod
-    def _log_answer(p: Parsed, result, t0: float) -> None:
+    def _answered(self, p: Parsed, result, t0: float) -> None:
+        """An answer went out whole: counted and logged."""
+        self.stats["answered"] += 1
         t = result.timings
         log.info("%s answered in %.0f ms: %d+%d tokens (%d cached), mode %s, ttft %.0f ms%s",
                  "chat" if p.chat else "completion", (time.perf_counter() - t0) * 1000, result.prompt_tokens,

@@ -18,7 +18,7 @@ import math
 import reprlib
 import secrets
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.documents import DocumentText
@@ -67,7 +67,6 @@ class Parsed:
     chat: bool
     stream: bool = False
     include_usage: bool = False
-    stop: list[str] = field(default_factory=list)
     model: str | None = None
 
 
@@ -278,49 +277,7 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
                                     documents=message_documents(messages), **rf)
     else:
         request = CompletionRequest(prompt=_prompt(body), max_tokens=max_tokens, sampling=sampling, stop=stop, **rf)
-    return Parsed(request, chat, stream, bool(so.get("include_usage")), stop, model)
-
-
-# ---- stop sequences --------------------------------------------------------------------------------
-class StopFilter:
-    """Cuts the answer at the first stop sequence. Text that could be the start of one is held back
-    until it is known not to be, so a streamed answer never shows part of a stop sequence."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = stops
-        self.text = ""  # everything released so far
-        self._pending = ""
-        self.hit = False
-
-    def feed(self, piece: str) -> str:
-        """The next piece of the answer -> the text that may be shown now ("" once a stop is hit)."""
-        if self.hit:
-            return ""
-        buf = self._pending + piece
-        cuts = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
-        if cuts:
-            self.hit = True
-            out, self._pending = buf[: min(cuts)], ""
-        else:
-            keep = self._held(buf)
-            out, self._pending = buf[: len(buf) - keep], buf[len(buf) - keep:]
-        self.text += out
-        return out
-
-    def _held(self, buf: str) -> int:
-        """The length of the longest end of `buf` that a stop sequence starts with."""
-        keep = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(buf)), keep, -1):
-                if buf.endswith(s[:k]):
-                    keep = k
-                    break
-        return keep
-
-    def flush(self) -> str:
-        out, self._pending = ("" if self.hit else self._pending), ""
-        self.text += out
-        return out
+    return Parsed(request, chat, stream, bool(so.get("include_usage")), model)
 
 
 # ---- responses -------------------------------------------------------------------------------------
@@ -328,9 +285,9 @@ def new_id(chat: bool) -> str:
     return ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
 
 
-def finish_reason(result: CompletionResult, stopped: bool) -> str:
+def finish_reason(result: CompletionResult) -> str:
     """OpenAI's reasons: "stop" (end of answer or a stop sequence) or "length" (max_tokens)."""
-    return "stop" if stopped or result.finish_reason == "stop" else "length"
+    return "stop" if result.finish_reason == "stop" else "length"
 
 
 def usage(result: CompletionResult) -> dict:
@@ -349,10 +306,9 @@ def sources(result: CompletionResult) -> list[dict]:
     return [s.as_dict() for s in result.sources]
 
 
-def response(p: Parsed, rid: str, model: str, created: int, text: str, result: CompletionResult,
-             stopped: bool) -> dict:
-    """The whole (non-streamed) answer."""
-    reason = finish_reason(result, stopped)
+def response(p: Parsed, rid: str, model: str, created: int, result: CompletionResult) -> dict:
+    """The whole (non-streamed) answer (cut at a stop sequence by the engine: backend/stopping.py)."""
+    text, reason = result.text, finish_reason(result)
     if p.chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": None, "finish_reason": reason}

@@ -64,13 +64,13 @@ class GuidedParams:
     # backend/evals/recall.py), never set by a request.
     also_rows: tuple[int, ...] = ()
 
-    def scoring_layers(self, n_layer: int, split: int, swa_layers=frozenset()) -> list[int]:
+    def scoring_layers(self, n_layer: int, split: int, windowed=frozenset()) -> list[int]:
         """The layers whose attention scores the bulk, below the split; on a sliding-window model the
         global layer nearest to each (a sliding-window layer sees only the last rows), the split layer
         included: its keys come from the exact stream entering it (Gemma 3 at S = 5)."""
         wanted = {min(split - 1, max(1, round(f * n_layer))) for f in self.layers}
-        glob = [il for il in range(1, split + 1) if il not in swa_layers]
-        if not swa_layers or not glob:
+        glob = [il for il in range(1, split + 1) if il not in windowed]
+        if not windowed or not glob:
             return sorted(wanted)
         return sorted({min(glob, key=lambda g: (abs(g - il), g)) for il in wanted})
 
@@ -260,7 +260,7 @@ def guided_runs(engine, rt, plan, tokens: list[int], bulk_end: int, phases,
     if free < min(params.budget, engine.ubatch_rows):
         params = replace(params, budget=max(0, free - min(params.back + params.forward + 1, free // 2)))
     candidates = engine.slot.record.with_cells(0, bulk_end)
-    layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.swa_layers)
+    layers = params.scoring_layers(engine.info.n_layer, plan.split, rt.windows.windowed)
     with phases("probe"):
         streams = probe_streams(engine, tokens, layers, params.window)
         contrast = None

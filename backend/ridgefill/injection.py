@@ -276,7 +276,7 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
     t0 = time.perf_counter() if t0 is None else t0
     tap = _BulkTap(plan.split, rt.layout, windowed=plan.window_bulk)
     chunk_n = engine.ubatch_rows
-    swa_from = bulk_end - rt.n_swa
+    swa_from = rt.windows.first_window_row(bulk_end)
     pending = _LateRows(start)
     pos = start
     try:
@@ -348,7 +348,7 @@ def _late_writes(engine, rt: RidgeFillRuntime, plan, inputs, pos: int, n: int, c
     for il in range(plan.split, engine.info.n_layer):
         ll = rt.layout.layers[il]
         rows = slice(None)
-        if rt.n_swa and il in rt.swa_layers:
+        if rt.windows.is_windowed(il):
             # A sliding-window layer: only rows inside the tail's window are ever read again.
             first = max(0, swa_from - pos)
             if first >= n:
@@ -376,7 +376,7 @@ def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
         chosen = guided_runs(engine, rt, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
     todo = set(engine.slot.record.approximated(0, bulk_end))
     runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
-    if rt.swa_layers and runs:
+    if rt.windows.has_windows and runs:
         with phases("windows"):
             _write_windows(engine, rt, plan, runs, bulk_end)
     with phases("exact_rows"):
@@ -393,10 +393,11 @@ def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> N
     """The late sliding-window layers' K/V of the approximated rows in each run's window, which the bulk
     pass left unwritten (only the tail reads a window there): a row decoded again attends to them.
     Written from the kept split streams' predictions, so writing a row twice writes the same values."""
-    swa_from = bulk_end - rt.n_swa  # from here on the bulk pass wrote them
+    swa_from = rt.windows.first_window_row(bulk_end)  # from here on the bulk pass wrote them
     record = engine.slot.record
     approx = set(record.approximated(0, max(0, swa_from)))
-    rows = sorted({q for r in runs for q in range(max(0, r.start - rt.n_swa + 1), r.start) if q in approx})
+    window = rt.windows.window
+    rows = sorted({q for r in runs for q in range(max(0, r.start - window + 1), r.start) if q in approx})
     if not rows:
         return
     h = record.split_streams(plan.split, rows)
@@ -405,7 +406,7 @@ def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> N
     h = torch.from_numpy(np.ascontiguousarray(h, dtype=np.float32))
     positions = torch.tensor(rows)
     cells = np.asarray(record.cells(rows))
-    late_swa = sorted(il for il in rt.swa_layers if il >= plan.split)
+    late_swa = sorted(il for il in rt.windows.windowed if il >= plan.split)
     with torch_threads(engine.config.n_threads):
         engine.slot.write_late(w for il in late_swa for w in rt.writer.writes(
             il, h if il == plan.split else plan.maps.predict(il, h), positions, cells, cells))

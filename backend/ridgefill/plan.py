@@ -70,7 +70,7 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
         return ExactPrefill(why)
     rt = runtime(engine)
     note = ""
-    runs = mode_that_runs(mode, windows_evicted=bool(rt.swa_layers) and not rt.windows_kept)
+    runs = mode_that_runs(mode, windows_evicted=rt.windows.has_windows and not rt.windows_kept)
     if runs != mode:
         note = (f"{mode} mode needs every row's sliding window kept, and this engine runs without a "
                 f"full-size sliding-window cache: ran {runs}.")

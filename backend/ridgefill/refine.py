@@ -53,7 +53,7 @@ class Refinement:
     def refusal(self) -> str | None:
         """Why the rows cannot be made exact on this engine, or None."""
         rt = runtime(self.engine)
-        if rt.swa_layers and not rt.windows_kept:
+        if rt.windows.has_windows and not rt.windows_kept:
             return ("refinement needs every row's sliding window kept (a full-size sliding-window cache): rows "
                     "decoded again would lose their window")
         free = self.engine.n_ctx - len(self.engine.slot.record)

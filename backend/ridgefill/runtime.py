@@ -1,5 +1,5 @@
 """RidgeFill's runtime state for one engine, found once and reused by every request: the graph layout
-(or why it was refused), the K/V (and scoring Q) weights, the sliding-window layers, and the verified
+(or why it was refused), the K/V (and scoring Q) weights, the window policy, and the verified
 map sets. It hangs off the engine it was found on (`Engine.ridgefill`), which has one at most:
 `runtime(engine)` makes it on first use and is the only writer of that slot.
 
@@ -13,26 +13,17 @@ import logging
 from pathlib import Path
 
 from ..errors import RidgeFillError
+from ..window_policy import WindowPolicy, window_policy
 from .cache_layout import GraphLayout, discover
 from .kv_writer import KVWriter
 
 log = logging.getLogger(__name__)
 
 
-def _swa_layers(info, layout: GraphLayout, n_swa: int) -> set[int]:
-    """Sliding-window layers, whose bulk rows outside the tail's window are never read again.
-
-    gemma3: llama.cpp makes every 6th layer global (set_swa_pattern(6)). Taken only when the graph
-    agrees: the global and the sliding layers write through two different cell-index inputs."""
-    if info.architecture != "gemma3" or not info.has_sliding_window:
-        return set()
-    swa = {il for il in layout.layers if il % 6 != 5}
-    glob = set(layout.layers) - swa
-    swa_groups = {layout.layers[il].k_index for il in swa}
-    glob_groups = {layout.layers[il].k_index for il in glob}
-    if len(swa_groups) == 1 and len(glob_groups) == 1 and swa_groups != glob_groups:
-        return swa
-    return set()
+def _windows(info, layout: GraphLayout) -> WindowPolicy:
+    """The model's window policy: the GGUF's window, on the layers the graph shows writing to its cache."""
+    caches = {il: (ll.k_index, ll.k_cache.kv_size) for il, ll in layout.layers.items()}
+    return window_policy(info.n_layer, info.sliding_window, caches)
 
 
 def _folder_stamp(dirs: list[Path], split: int) -> tuple:
@@ -66,8 +57,7 @@ class RidgeFillRuntime:
         self.layout: GraphLayout | None = None
         self.refused: str | None = None
         self.writer: KVWriter | None = None
-        self.n_swa = 0
-        self.swa_layers: set[int] = set()
+        self.windows = WindowPolicy(engine.info.n_layer)  # the layers that attend within a window: found once
         self.min_split = 1  # the lowest split whose bulk pass sees every late layer's cell indices
         # every row's sliding-window K/V stay, in the same cell in every cache (Engine.pin_seq)
         self.windows_kept = getattr(engine, "pin_seq", None) is not None
@@ -77,8 +67,7 @@ class RidgeFillRuntime:
         self.context_generation = getattr(engine, "context_generation", 0)  # the context the layout is of
         try:
             self.layout = discover(engine)
-            self.n_swa = engine.info.sliding_window
-            self.swa_layers = _swa_layers(engine.info, self.layout, self.n_swa)
+            self.windows = _windows(engine.info, self.layout)
             self.min_split = _min_split(self.layout)
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
@@ -157,7 +146,7 @@ def warm_up(engine, split: int | None = None) -> RidgeFillRuntime:
     st = runtime(engine)
     if st.refused is None:
         split = default_split(engine.info) if split is None else split
-        st.query_path(GUIDED.scoring_layers(engine.info.n_layer, split, st.swa_layers))
+        st.query_path(GUIDED.scoring_layers(engine.info.n_layer, split, st.windows.windowed))
         try:
             st.maps(split)
         except (MapsMissing, MapsRefused):

@@ -46,7 +46,7 @@ def dump(engine, out):
     shared = SharedDocuments(engine, items, None)
     done = pickle.load(open(out, "rb")) if os.path.exists(out) else {}
     split = min(default_split(engine.info), engine.info.n_layer - 1)
-    layers = G.scoring_layers(engine.info.n_layer, max(split, 2), runtime(engine).swa_layers)
+    layers = G.scoring_layers(engine.info.n_layer, max(split, 2), runtime(engine).windows.windowed)
     for item in items:
         if item.id in done:
             continue

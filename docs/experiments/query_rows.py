@@ -56,7 +56,7 @@ def dump(engine, out):
     os.makedirs(out, exist_ok=True)
     rt = runtime(engine)
     split = min(default_split(engine.info), engine.info.n_layer - 1)
-    layer, = G.scoring_layers(engine.info.n_layer, max(split, 2), rt.swa_layers)
+    layer, = G.scoring_layers(engine.info.n_layer, max(split, 2), rt.windows.windowed)
     for item in items:
         path = os.path.join(out, item.id.replace("/", "-") + ".pkl")
         if os.path.exists(path):
