@@ -27,16 +27,25 @@ class TtftRow:
     breakdown_ms: dict = field(default_factory=dict)
     off_runs_ms: list[float] = field(default_factory=list)
     speed_runs_ms: list[float] = field(default_factory=list)
+    split: int | None = None  # the split that ran
 
 
 def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int | None, mode: str = "speed",
                    repeats: int = 3, on_progress: Callable[[str], None] | None = None,
-                   cancel: Callable[[], bool] | None = None, exact_engine=None) -> list[TtftRow]:
-    """`exact_engine`: where `off` runs (the same model; default `engine`)."""
+                   cancel: Callable[[], bool] | None = None, exact_engine=None,
+                   settings: list[str] | None = None) -> list[TtftRow]:
+    """`exact_engine`: where `off` runs (the same model; default `engine`). `settings`: several RidgeFill
+    settings (guided:5, guided:6w, ...: fidelity.parse_setting) timed against the same exact runs, a row
+    each per length; default `mode` at `split`."""
     from ..ridgefill.runtime import warm_up
+    from .fidelity import parse_setting
 
+    variants = {name: parse_setting(name) for name in (settings or [mode])}
+    if not settings:
+        variants[mode].split = split
     exact_engine = exact_engine or engine
-    warm_up(engine, split)  # RidgeFill's one-time set-up (layout probe, weights, maps) stays out of the timings
+    for v in variants.values():  # one-time set-up (layout probe, weights, maps) stays out of the timings
+        warm_up(engine, v.split if v.split is not None else split)
     hay, cache = corpus_haystack(), {}
     # One short exact request first: the first decode of a context pays one-off set-up costs.
     for e in {id(engine): engine, id(exact_engine): exact_engine}.values():
@@ -45,27 +54,33 @@ def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int |
     rows = []
     for n in lengths:
         item = build_item(engine, length=n, depth=0.5, haystack=hay, _hay_cache=cache)
-        runs: dict[str, list] = {"off": [], mode: []}
+        runs: dict[str, list] = {"off": [], **{name: [] for name in variants}}
         for r in range(repeats):
-            for m in (("off", mode) if r % 2 == 0 else (mode, "off")):
+            for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
                 if on_progress is not None:
-                    on_progress(f"{n} tokens, {m}, run {r + 1}/{repeats}")
-                req = item.request(m, split, tail)
+                    on_progress(f"{n} tokens, {name}, run {r + 1}/{repeats}")
+                v = variants.get(name)
+                req = item.request("off") if v is None else item.request(v.mode, v.split if v.split is not None
+                                                                         else split, tail)
                 req.max_tokens, req.reuse_prefix = 1, False
-                runs[m].append(complete(exact_engine if m == "off" else engine, req, cancel=cancel).timings)
-        off, fast = runs["off"], runs[mode]
-        off_ms = statistics.median(t.ttft_ms for t in off)
-        fast_ms = statistics.median(t.ttft_ms for t in fast)
-        mid = sorted(fast, key=lambda t: t.ttft_ms)[len(fast) // 2]
-        rows.append(TtftRow(
-            n_prompt=n, off_ttft_ms=round(off_ms, 1), speed_ttft_ms=round(fast_ms, 1),
-            ratio=round(off_ms / fast_ms, 3),
-            off_prompt_per_second=round(statistics.median(t.prompt_per_second for t in off), 1),
-            speed_mode_run=mid.mode, bulk_n=mid.bulk_n, note=mid.note,
-            breakdown_ms={k: round(v, 1) for k, v in (mid.breakdown_ms or {}).items()},
-            off_runs_ms=[round(t.ttft_ms, 1) for t in off], speed_runs_ms=[round(t.ttft_ms, 1) for t in fast],
-        ))
+                if v is not None:
+                    req.window_bulk = v.window_bulk
+                runs[name].append(complete(exact_engine if v is None else engine, req, cancel=cancel).timings)
+        rows += [_row(n, runs["off"], runs[name]) for name in variants]
     return rows
+
+
+def _row(n: int, off: list, fast: list) -> TtftRow:
+    off_ms = statistics.median(t.ttft_ms for t in off)
+    fast_ms = statistics.median(t.ttft_ms for t in fast)
+    mid = sorted(fast, key=lambda t: t.ttft_ms)[len(fast) // 2]
+    return TtftRow(
+        n_prompt=n, off_ttft_ms=round(off_ms, 1), speed_ttft_ms=round(fast_ms, 1), ratio=round(off_ms / fast_ms, 3),
+        off_prompt_per_second=round(statistics.median(t.prompt_per_second for t in off), 1),
+        speed_mode_run=mid.mode, bulk_n=mid.bulk_n, note=mid.note,
+        breakdown_ms={k: round(v, 1) for k, v in (mid.breakdown_ms or {}).items()},
+        off_runs_ms=[round(t.ttft_ms, 1) for t in off], speed_runs_ms=[round(t.ttft_ms, 1) for t in fast],
+        split=mid.split)
 
 
 def rows_as_dicts(rows: list[TtftRow]) -> list[dict]:

@@ -75,7 +75,7 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
         note = (f"{mode} mode needs every row's sliding window kept, and this engine runs without a "
                 f"full-size sliding-window cache: ran {runs}.")
         mode = runs
-    if window_bulk and 0 not in rt.swa_layers:
+    if window_bulk and not rt.windows.is_windowed(0):
         note = (note + " " if note else "") + "windowed bulk attention needs sliding-window layers: ran full."
         window_bulk = False
     if mode == "plumb":
