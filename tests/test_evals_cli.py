@@ -1,4 +1,4 @@
-"""The eval commands (`python -m lab ...`) and the NLL / sweep runners on the real model (short documents, few items)."""
+"""The eval commands (`python -m lab`) and the NLL / sweep runners on the real model (short documents, few items)."""
 from __future__ import annotations
 
 import json

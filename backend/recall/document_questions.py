@@ -2,7 +2,7 @@
 
 Each question is one chat prompt made as the app makes it (document_messages), and its answer phrase is
 the one "needle": the prompt rows it covers are found as the needles' are (token_spans), so the hit rate
-(evals.selection) checks those rows, and recall checks the reply for the phrase. The licence texts are
+(lab/evals/selection.py) checks those rows, and recall checks the reply for the phrase. The licence texts are
 long, hard-wrapped legal prose whose answers are ordinary words in ordinary sentences: what the needle
 haystacks do not have. `realqa` asks short factual questions about READMEs and FAQs of Debian packages,
 texts the embedded model can answer from; a reply is right when it holds one of the accepted forms

@@ -79,7 +79,7 @@ class NeedleItem:
     messages: list[ChatMessage] = field(repr=False)
     max_tokens: int = 24
     prompt: str | None = field(default=None, repr=False)  # a base model's plain prompt, ending in the answer cue
-    document: str | None = None  # items of one document share its rows (evals/prefix_snapshot.py)
+    document: str | None = None  # items of one document share its rows (backend/recall/prefix_snapshot.py)
 
     @property
     def asked(self) -> list[Needle]:
