@@ -28,8 +28,8 @@ def load_with_hostile(url: str, args):
     """run_load, with the hostile clients on a thread beside it when asked: (report, hostile summary or None)."""
     import threading
 
-    from app.server.hostile import run_hostile
-    from app.server.load import health_when_idle, run_load
+    from lab.server_load.hostile import run_hostile
+    from lab.server_load.load import health_when_idle, run_load
 
     stop, box = threading.Event(), {}
     thread = threading.Thread(target=lambda: box.update(h=run_hostile(url, stop)), name="hostile", daemon=True)
@@ -48,7 +48,7 @@ def load_with_hostile(url: str, args):
 
 
 def run(args) -> int:
-    from app.server.load import added_latency, report_lines
+    from lab.server_load.load import added_latency, report_lines
 
     latency = hostile = None
     restarts = 0
