@@ -5,4 +5,5 @@ import contract in pyproject.toml), and the bundle leaves it out (packaging/ridg
 - lab/cli.py, `python -m lab COMMAND`: the commands (lab/commands/);
 - lab/evals/: their measurement code (ΔNLL, TTFT, hit rate, sweeps, sources, fidelity, reports), on top of
   what the product runs itself: backend/recall/ (the GUI's recall panel) and backend/tuning/ (Tune);
+- lab/server_load/: the server's load test and its hostile clients (`serve-load`);
 - lab/experiments/: one-off scripts kept so that a figure of docs/MEASUREMENTS.md can be made again."""
