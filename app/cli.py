@@ -1,5 +1,7 @@
-"""The headless command line. Each command lives in app/commands/<name>.py with `register(subparsers)`;
-the lab's eval commands (measuring RidgeFill, not using it) in app/commands/evals/<name>.py."""
+"""The headless command line. Each command lives in app/commands/<name>.py with `register(subparsers)`.
+The lab's commands (measuring RidgeFill, not using it) are `python -m lab` (lab/cli.py), which reuses the
+common options and the error handling here; `python -m app <lab command>` says where it went
+(app/moved_commands.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,36 +10,40 @@ import logging
 import sys
 
 from app.logging_setup import setup_logging
+from app.moved_commands import moved_command, moved_message
 from backend.errors import RidgeFillError
 from backend.protocol import AUTO_CTX
 
-# One module per command; each adds its own sub-parser and sets `func`. The product's commands first,
-# then the eval tooling's (listed in this order in --help).
-PRODUCT_COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
-                    "fit_maps", "tune", "serve", "serve_load", "fuzz_server", "cache"]
-PRODUCT_COMMANDS += ["fuzz_readers"]  # hostile files against every file reader (app/commands/fuzz_readers.py)
-PRODUCT_COMMANDS += ["fidelity"]  # how far RidgeFill moves exact's answers on a user's own documents
-EVAL_COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "sources"]
-COMMAND_MODULES = ([f"app.commands.{name}" for name in PRODUCT_COMMANDS]
-                   + [f"app.commands.evals.{name}" for name in EVAL_COMMANDS])
+# One module per command; each adds its own sub-parser and sets `func` (listed in this order in --help).
+COMMANDS = ["info", "chat", "demo", "run", "models", "download", "maps", "download_maps", "publish_maps",
+            "fit_maps", "tune", "serve", "cache"]
+COMMAND_MODULES = [f"app.commands.{name}" for name in COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
         description="RidgeFill Desktop: chat with long documents on a local model. No command opens the GUI.",
+        epilog="Measuring RidgeFill (recall, bench, fidelity, the fuzzers, ...) is the lab's, from a checkout: "
+               "python -m lab --help",
     )
-    _add_common(parser)
+    add_common(parser)
     parser.add_argument("--selftest", action="store_true", help="check this install headless and exit (0 = all held)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
-    for command in sub.choices.values():  # `tune --model M` as well as `--model M tune`
-        _add_common(command, after_command=True)
+    add_commands(sub, COMMAND_MODULES)
     return parser
 
 
-def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+def add_commands(sub, modules: list[str]) -> None:
+    """Each module registers its command; then every command takes the common options after it too
+    (`tune --model M` as well as `--model M tune`)."""
+    for module in modules:
+        importlib.import_module(module).register(sub)
+    for command in sub.choices.values():
+        add_common(command, after_command=True)
+
+
+def add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
     """The options every command shares. After the command they default to SUPPRESS, so one given before
     the command is not overwritten by the command's own default."""
     def d(value):
@@ -53,6 +59,9 @@ def _add_common(parser: argparse.ArgumentParser, after_command: bool = False) ->
 
 
 def run_cli(argv: list[str]) -> int:
+    if moved := moved_command(argv):
+        print(moved_message(moved, argv), file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
@@ -64,6 +73,11 @@ def run_cli(argv: list[str]) -> int:
         from app.commands.run import open_gui
 
         return open_gui(args)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command run, its failures as one line and an exit code (2: the user's to fix)."""
     try:
         return int(args.func(args) or 0)
     except RidgeFillError as exc:

@@ -138,9 +138,9 @@ def _get_maps(engine, req: GetMapsRequest, on_event, cancel):
 
 
 def _tune(engine, req: TuneRequest, on_event, cancel):
-    """Tune the split for this model (backend/evals/tune.py) and record it; the defaults follow."""
+    """Tune the split for this model (backend/tuning/tune.py) and record it; the defaults follow."""
     from app.engine_protocol import TuneDone
-    from backend.evals import tune
+    from backend.tuning import tune
     from backend.hub.get_maps import CaptureOptions
     from backend.ridgefill.tuned import read_tuned, summary
 

@@ -147,7 +147,7 @@ class TuneRequest:
 class TuneDone:
     split: int
     summary: str  # "S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"
-    result: dict  # backend/evals/tune.py: TuneResult.brief() with the rule's reason
+    result: dict  # backend/tuning/tune.py: TuneResult.brief() with the rule's reason
     record_path: str | None = None
 
 

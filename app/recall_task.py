@@ -1,10 +1,10 @@
 """The needle-recall task, run inside the engine process (it needs the engine's tokenizer and context).
 
-Builds EVALS's items (backend/evals/needles.py) on the attached document or a built-in haystack, runs
+Builds EVALS's items (backend/recall/needles.py) on the attached document or a built-in haystack, runs
 every item in every mode, streams each scored row back as it is done (so the heatmaps fill live), and
 returns the rows with a summary: accuracy per mode and region, and the exact McNemar test (RecallRow
 events and the RecallResult are in app/engine_protocol.py).
-The runner is EVALS's `backend/evals/recall.py: run_recall` (resumable JSONL results).
+The runner is EVALS's `backend/recall/run.py: run_recall` (resumable JSONL results).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from backend.protocol import ProgressEvent
 
 
 def _haystack(req: RecallRequest):
-    from backend.evals.haystacks import Haystack, corpus_haystack, filler_haystack
+    from backend.recall.haystacks import Haystack, corpus_haystack, filler_haystack
 
     if req.document:
         digest = hashlib.sha256(req.document.encode("utf-8")).hexdigest()[:8]
@@ -27,7 +27,7 @@ def _haystack(req: RecallRequest):
 
 def summarize(rows: list[dict], modes: list[str]) -> dict:
     """Accuracy per mode and region, and McNemar between the first two modes on the same items."""
-    from backend.evals.stats import paired_table
+    from backend.recall.stats import paired_table
 
     acc: dict = {}
     for m in modes:
@@ -55,8 +55,8 @@ def default_results_path() -> Path:
 def run_recall_task(engine, req: RecallRequest, on_event, cancel) -> RecallResult:
     """EVALS's runner over the items; results append to a JSONL file, so a rerun of the same grid
     (same items, modes, split, tail) resumes instead of repeating finished answers."""
-    from backend.evals.needles import make_items
-    from backend.evals.recall import run_recall
+    from backend.recall.needles import make_items
+    from backend.recall.run import run_recall
 
     t0 = time.perf_counter()
     items = make_items(engine, lengths=req.lengths, depths=req.depths, variants=["single"],

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 GGML_TYPE_F16 = 1
 # K/V cache types a context may be made with: f16 (RidgeFill writes it), or llama.cpp's q8_0, the lossy
-# cache people run every day and the yardstick of `fidelity` (backend/evals/fidelity.py)
+# cache people run every day and the yardstick of `fidelity` (lab/evals/fidelity.py)
 KV_TYPES = {"f16": GGML_TYPE_F16, "q8_0": 8}
 EventSink = Callable[[object], None]
 CancelCheck = Callable[[], bool]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from backend.documents import document_messages
-from backend.evals.needles import Needle, NeedleItem
-from backend.evals.recall import answer_plan, run_item
-from backend.evals.document_questions import answer_rows, questions_dir
 from backend.protocol import CompletionRequest
+from backend.recall.document_questions import answer_rows, questions_dir
+from backend.recall.needles import Needle, NeedleItem
+from backend.recall.run import answer_plan, run_item
 from backend.ridgefill.plan import plan_prefill
 
 

@@ -10,11 +10,13 @@ imports too).
 - the UI never calls llama.cpp itself (no direct import of llama_cpp);
 - only the engine (backend/engine.py), its sampler chain (backend/sampler.py) and the ggml view
   (backend/ridgefill/ggml_graph.py) import llama_cpp directly: everything else goes through them;
-- no import cycles in backend: between the children of every package in it, at every depth;
-- ridgefill never imports the hub or the evals (directly or through a chain of imports);
-- the UI never imports the evals (backend.evals, lab tooling) itself;
-- the evals are imported only where an eval runs: the eval commands (app.commands.evals), the GUI's
-  recall task, and Tune for this model (app.commands.tune, the engine child's tune handler).
+- no import cycles in backend, nor in the lab: between the children of every package in it, at every depth;
+- ridgefill never imports the hub, recall or tuning (directly or through a chain of imports);
+- the product never imports the lab: app, backend and ui import nothing of lab/ (the eval commands, the
+  fuzzers, the load test, the experiments), directly or through a chain of imports;
+- the UI never imports recall or tuning (backend.recall, backend.tuning) itself;
+- recall is imported only where it runs: the GUI's recall task, Tune and the lab;
+- tuning is imported only where Tune runs: its command and the engine child's tune handler.
 """
 from __future__ import annotations
 
@@ -49,10 +51,13 @@ def test_the_contracts_are_all_there():
         "the UI never calls llama.cpp itself",
         "only the engine and the ggml view import llama_cpp",
         "no import cycles in backend",
-        "ridgefill never imports the hub or the evals",
+        "no import cycles in the lab",
+        "ridgefill never imports the hub, recall or tuning",
         "ridgefill never imports a request's orchestration",
-        "the UI never imports the evals itself",
-        "the evals are imported only where an eval runs",
+        "the product never imports the lab",
+        "the UI never imports recall or tuning itself",
+        "recall is imported only where it runs",
+        "tuning is imported only where Tune runs",
     }
 
 

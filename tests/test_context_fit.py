@@ -6,7 +6,7 @@ import pytest
 from backend.hub.catalogue import load_catalogue
 from backend.hub.context_fit import advice, models_that_hold
 from backend.hub.settings import HubSettings
-from backend.evals.nll import token_logprobs
+from lab.evals.nll import token_logprobs
 
 
 def test_only_models_whose_context_holds_the_prompt_are_named_installed_first(tmp_path):
@@ -68,9 +68,9 @@ def test_the_evaluations_own_prefills_grow_an_automatic_context_too(tmp_path):
     they stopped with llama_decode's "no room" at position 4,096, the context's first size."""
     from backend.context_size import CTX_STEP
     from backend.engine import Engine, EngineConfig
-    from backend.evals import selection
-    from backend.evals.haystacks import filler_haystack
-    from backend.evals.needles import build_item
+    from lab.evals import selection
+    from backend.recall.haystacks import filler_haystack
+    from backend.recall.needles import build_item
     from backend.model_file import embedded_model_path
     from backend.protocol import AUTO_CTX
 

@@ -1,11 +1,11 @@
 """The exact engine on the real embedded model."""
 import pytest
 
+from backend.completion import complete
 from backend.errors import Cancelled, DocumentTooLongError
 from backend.protocol import ChatMessage, CompletionRequest, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY
-from backend.completion import complete
-from backend.evals.nll import token_logprobs
+from lab.evals.nll import token_logprobs
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 

@@ -1,4 +1,4 @@
-"""The eval commands and the NLL / sweep runners on the real model (short documents, few items)."""
+"""The eval commands (`python -m lab`) and the NLL / sweep runners on the real model (short documents, few items)."""
 from __future__ import annotations
 
 import json
@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from backend.evals.haystacks import filler_haystack
-from backend.evals.needles import build_item
-from backend.evals.nll import nll_documents, run_nll
-from backend.evals.sweep import run_sweep
+from backend.recall.haystacks import filler_haystack
+from backend.recall.needles import build_item
+from lab.evals.nll import nll_documents, run_nll
+from lab.evals.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def app(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "app", "--threads", "2", *args], cwd=ROOT, capture_output=True,
+def lab(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "lab", "--threads", "2", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -34,34 +34,34 @@ def test_compare_one_file_and_two_files(tmp_path):
     both = tmp_path / "both.jsonl"
     both.write_text("\n".join([_line(i, "off", True) for i in range(8)] + [_line(i, "speed", i > 5) for i in range(8)]
                               + ['{"kind": "nll", "id": "d", "mode": "off", "nll": 1.0}']) + "\n")
-    out = app("compare", str(both)).stdout
+    out = lab("compare", str(both)).stdout
     assert "speed S18 T512" in out and "McNemar p = 0.031" in out  # 6 discordant one way: 2 / 2**6
-    data = json.loads(app("compare", str(both), "--json").stdout)
+    data = json.loads(lab("compare", str(both), "--json").stdout)
     assert data["comparisons"][0]["overall"]["a_only"] == 6 and data["accuracy"]["off"]["overall"]["n"] == 8
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text("\n".join(_line(i, "off", True) for i in range(4)) + "\n")
     b.write_text("\n".join(_line(i, "speed", True) for i in range(4)) + "\n")
-    out = app("compare", str(a), str(b)).stdout
+    out = lab("compare", str(a), str(b)).stdout
     assert "paired items: 4" in out and "McNemar p = 1.000" in out
 
-    bad = app("compare", str(tmp_path / "missing.jsonl"), check=False)
+    bad = lab("compare", str(tmp_path / "missing.jsonl"), check=False)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
-    bad = app("compare", str(both), str(b), "--a", "speed S99 T1", check=False)
+    bad = lab("compare", str(both), str(b), "--a", "speed S99 T1", check=False)
     assert bad.returncode == 2 and "no condition" in bad.stderr
 
 
 def test_recall_command_writes_lines_and_resumes(tmp_path):
     out = tmp_path / "r.jsonl"
-    run1 = app("recall", "--lengths", "200", "--depths", "0.5", "--modes", "off", "--tail", "64", "--out", str(out))
+    run1 = lab("recall", "--lengths", "200", "--depths", "0.5", "--modes", "off", "--tail", "64", "--out", str(out))
     assert "[1/1]" in run1.stderr and "overall" in run1.stdout
     rec = json.loads(out.read_text().splitlines()[0])
     assert rec["length"] == 200 and rec["variant"] == "single" and rec["region"] in ("bulk", "tail")
-    run2 = app("recall", "--lengths", "200", "--depths", "0.5", "--modes", "off", "--tail", "64", "--out", str(out),
+    run2 = lab("recall", "--lengths", "200", "--depths", "0.5", "--modes", "off", "--tail", "64", "--out", str(out),
                "--json")
     assert "[1/1]" not in run2.stderr  # nothing ran again
     assert json.loads(run2.stdout)["accuracy"]["off"]["overall"]["n"] == 1
-    bad = app("recall", "--lengths", "200", "--variants", "sideways", "--out", str(out), check=False)
+    bad = lab("recall", "--lengths", "200", "--variants", "sideways", "--out", str(out), check=False)
     assert bad.returncode == 2 and "unknown variant" in bad.stderr
 
 
@@ -90,7 +90,7 @@ def test_nll_pairs_documents_and_a_refused_mode_changes_nothing(small_engine, tm
 
 
 def test_sweep_rows_have_the_ratio_accuracy_and_nll(small_engine, tmp_path):
-    from app.commands.evals.sweep import sweep_text
+    from lab.commands.sweep import sweep_text
 
     hay = filler_haystack()
     item = build_item(small_engine, length=200, depth=0.2, variant="single", haystack=hay)

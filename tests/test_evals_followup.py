@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from backend.evals.followup import follow_up_request, run_followup
-from backend.evals.haystacks import filler_haystack
-from backend.evals.needles import build_item
+from backend.recall.haystacks import filler_haystack
+from backend.recall.needles import build_item
+from lab.evals.followup import follow_up_request, run_followup
 
 
 def _item(engine):

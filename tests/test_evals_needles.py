@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from backend.errors import DocumentError, DocumentTooLongError
-from backend.evals.haystacks import Haystack, corpus_haystack, file_haystack, filler_haystack, load_haystack
-from backend.evals.needles import Needle, NeedleError, build_item, make_items, needle_region
+from backend.recall.haystacks import Haystack, corpus_haystack, file_haystack, filler_haystack, load_haystack
+from backend.recall.needles import Needle, NeedleError, build_item, make_items, needle_region
 
 
 @pytest.mark.parametrize("hay", ["filler", "corpus"])
@@ -108,8 +108,8 @@ def test_a_model_without_a_chat_template_is_cued_to_answer(small_engine, monkeyp
 
 
 def test_questions_about_real_documents_know_the_rows_of_their_answers(small_engine):
-    from backend.evals.document_questions import question_items
-    from backend.evals.selection import needed_rows
+    from backend.recall.document_questions import question_items
+    from lab.evals.selection import needed_rows
 
     items = question_items(small_engine, "licences")
     assert len(items) >= 20 and len({it.messages[0].content.split("\n\nQuestion:")[0] for it in items}) == 4

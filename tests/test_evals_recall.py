@@ -6,9 +6,9 @@ import json
 import pytest
 
 from backend.errors import Cancelled
-from backend.evals.haystacks import filler_haystack
-from backend.evals.needles import make_items
-from backend.evals.recall import effective_tail, load_results, run_recall
+from backend.recall.haystacks import filler_haystack
+from backend.recall.needles import make_items
+from backend.recall.run import effective_tail, load_results, run_recall
 
 REQUIRED = {"id", "mode", "length", "depth", "variant", "region", "correct", "reply"}
 
@@ -16,7 +16,7 @@ REQUIRED = {"id", "mode", "length", "depth", "variant", "region", "correct", "re
 @pytest.fixture
 def counted(small_engine, monkeypatch):
     """The real engine, counting the requests the recall eval has it answer."""
-    from backend.evals import recall
+    from backend.recall import run as recall
 
     calls = []
     real = recall.complete

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.commands.evals.sources import spread
 from backend.documents import document_messages
-from backend.evals.document_questions import question_items
-from backend.evals.haystacks import filler_haystack
-from backend.evals.needles import make_items
-from backend.evals.sources import holds, item_document, precision_table, run_sources
+from backend.recall.document_questions import question_items
+from backend.recall.haystacks import filler_haystack
+from backend.recall.needles import make_items
+from lab.commands.sources import spread
+from lab.evals.sources import holds, item_document, precision_table, run_sources
 
 
 def test_a_needle_items_document_is_its_haystack_and_the_span_is_the_asked_needle(small_engine):

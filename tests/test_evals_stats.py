@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from backend.evals.compare import accuracy, compare
-from backend.evals.scoring import first_answer, score, seven_digit_runs
-from backend.evals.stats import bootstrap_ci, mcnemar_exact, paired_table
+from backend.recall.scoring import first_answer, score, seven_digit_runs
+from backend.recall.stats import bootstrap_ci, mcnemar_exact, paired_table
+from lab.evals.compare import accuracy, compare
 
 
 def test_only_a_run_of_exactly_seven_digits_counts():

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.evals.document_questions import questions_dir
-from backend.evals.fidelity import FidelityRun, item_request, parse_setting, reply_nll
-from backend.evals.nll import token_logprobs
-from backend.evals.question_files import QuestionedDocument, parse_questions
+from backend.recall.document_questions import questions_dir
+from lab.evals.fidelity import FidelityRun, item_request, parse_setting, reply_nll
+from lab.evals.nll import token_logprobs
+from lab.evals.question_files import QuestionedDocument, parse_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = "realqa-gnupg-readme-part1.txt"  # about 1,500 tokens: a bulk of more than 1,024 rows
@@ -63,7 +63,7 @@ def test_the_command_checks_a_users_own_document_and_questions(tmp_path):
     questions = tmp_path / "q.json"
     questions.write_text(json.dumps(QUESTIONS[:1]), encoding="utf-8")
     out = tmp_path / "f.jsonl"
-    r = subprocess.run([sys.executable, "-m", "app", "--ctx", "2048", "fidelity", "--doc", str(questions_dir() / DOC),
+    r = subprocess.run([sys.executable, "-m", "lab", "--ctx", "2048", "fidelity", "--doc", str(questions_dir() / DOC),
                         "--questions", str(questions), "--modes", "mb128", "--out", str(out), "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -71,6 +71,6 @@ def test_the_command_checks_a_users_own_document_and_questions(tmp_path):
     assert figures["exact"]["n"] == 1 and figures["settings"]["mb128"]["all"]["n"] == 1
     mb128 = figures["settings"]["mb128"]["all"]
     assert "dnll" in mb128 and abs(mb128["dnll"]) < 0.05  # rounding moves exact's reply little
-    bad = subprocess.run([sys.executable, "-m", "app", "fidelity", "--doc", str(questions_dir() / DOC)],
+    bad = subprocess.run([sys.executable, "-m", "lab", "fidelity", "--doc", str(questions_dir() / DOC)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--questions" in bad.stderr

@@ -1,5 +1,5 @@
 """Every file reader against Hypothesis' hostile and damaged inputs, briefly (the long run is
-`python -m app fuzz-readers --examples 100000`): each input gives a clean result or the reader's own
+`python -m lab fuzz-readers --examples 100000`): each input gives a clean result or the reader's own
 documented error, never another exception, within a deadline."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 import backend.hub.maps_hub  # noqa: F401  imported here, not in the first example's deadline (torch)
 import backend.ridgefill.map_format  # noqa: F401
-from app.commands.fuzz_readers import CHECKS, seed_ggufs, strategies
+from lab.commands.fuzz_readers import CHECKS, seed_ggufs, strategies
 
 with tempfile.TemporaryDirectory() as _tmp:
     STRATEGIES = strategies(seed_ggufs(Path(_tmp)))
@@ -71,7 +71,7 @@ def test_an_installed_model_record_is_read_or_refused(data):
 
 
 def test_the_command_reports_findings_and_rss(capsys):
-    from app.cli import run_cli
+    from lab.cli import run_cli
 
     assert run_cli(["fuzz-readers", "--examples", "20", "--reader", "gguf", "--reader", "settings"]) == 0
     out = capsys.readouterr().out
@@ -81,7 +81,7 @@ def test_the_command_reports_findings_and_rss(capsys):
 
 @pytest.mark.parametrize("broken", ["gguf"])
 def test_a_reader_that_raises_is_a_finding_not_a_stop(monkeypatch, broken):
-    from app.commands import fuzz_readers
+    from lab.commands import fuzz_readers
 
     def bug(data, work):
         raise KeyError("a reader bug")
@@ -92,7 +92,7 @@ def test_a_reader_that_raises_is_a_finding_not_a_stop(monkeypatch, broken):
 
 
 def test_a_reader_stops_when_its_minutes_are_spent():
-    from app.commands import fuzz_readers
+    from lab.commands import fuzz_readers
 
     stats = fuzz_readers.run_reader("settings", 10**6, [b"GGUF"], minutes=0.01)
     assert stats.get("out_of_time") and 0 < stats["inputs"] < 10**6
@@ -101,7 +101,7 @@ def test_a_reader_stops_when_its_minutes_are_spent():
 def test_an_input_that_hangs_is_a_finding_and_the_run_goes_on(monkeypatch):
     import time
 
-    from app.commands import fuzz_readers
+    from lab.commands import fuzz_readers
 
     def spin(data, work):
         while True:
@@ -119,7 +119,7 @@ def test_an_input_the_machine_paused_is_not_a_hang(monkeypatch):
     is CPU spent, not the wall time a loaded machine leaves the process waiting."""
     import time
 
-    from app.commands import fuzz_readers
+    from lab.commands import fuzz_readers
 
     monkeypatch.setitem(fuzz_readers.CHECKS, "gguf", lambda data, work: time.sleep(0.5) or "ok")
     stats = fuzz_readers.run_reader("gguf", 2, [b"GGUF"], input_s=0.2)
@@ -127,7 +127,7 @@ def test_an_input_the_machine_paused_is_not_a_hang(monkeypatch):
 
 
 def test_a_batched_run_gives_as_many_distinct_inputs_and_prints_its_progress(capsys):
-    from app.commands import fuzz_readers
+    from lab.commands import fuzz_readers
 
     stats = fuzz_readers.run_reader("settings", 10, [b"GGUF"], batch=4, progress_s=1e-9)
     assert stats["inputs"] == 10 and not stats["findings"], stats  # 4 + 4 + 2 of the third batch

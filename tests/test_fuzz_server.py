@@ -1,6 +1,6 @@
 """The server's request bodies fuzzed against its parsing layer (app/server/schema.py), in-process:
 every input gives a parsed request within its bounds or a clean 4xx ApiError, never another exception.
-A short run here; `python -m app fuzz-server --examples 100000` is the long one."""
+A short run here; `python -m lab fuzz-server --examples 100000` is the long one."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from app.commands.fuzz_server import check, strategies  # noqa: E402
+from lab.commands.fuzz_server import check, strategies  # noqa: E402
 
 BODIES, RAW = strategies()
 SHORT = settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -30,7 +30,7 @@ def test_every_raw_input_is_parsed_or_refused_with_a_4xx(raw, chat):
 
 
 def test_the_long_run_command_counts_inputs_and_crashes(capsys):
-    from app.cli import run_cli
+    from lab.cli import run_cli
 
     assert run_cli(["fuzz-server", "--examples", "50"]) == 0
     out = capsys.readouterr().out

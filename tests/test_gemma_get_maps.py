@@ -16,7 +16,7 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
     from backend.completion import complete
     from backend.corpus import corpus_texts
     from backend.engine import Engine, EngineConfig
-    from backend.evals.tune import run_tune
+    from backend.tuning.tune import run_tune
     from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.hub.settings import HubSettings
     from backend.protocol import CompletionRequest

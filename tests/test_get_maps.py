@@ -121,7 +121,7 @@ def test_maps_for_another_model_are_not_taken(tiny_engine, tiny_path, tmp_path):
 
 
 def test_the_decision_rule():
-    from backend.evals.tune import Candidate, candidate_splits, choose, keeps_recall, tolerance
+    from backend.tuning.tune import Candidate, candidate_splits, choose, keeps_recall, tolerance
 
     assert tolerance(12) == 1 and tolerance(24) == 2
     # the first number is the items lost: right exact, wrong at the split; gains elsewhere do not count
@@ -139,7 +139,7 @@ def test_the_decision_rule():
 def test_tune_judges_a_long_context_model_at_16k_too():
     from types import SimpleNamespace
 
-    from backend.evals.tune import LONG_LENGTH, long_length
+    from backend.tuning.tune import LONG_LENGTH, long_length
 
     def eng(trained, ctx_max):
         return SimpleNamespace(info=SimpleNamespace(n_ctx_train=trained), n_ctx=4096, n_ctx_max=ctx_max)
@@ -153,7 +153,7 @@ def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
     from types import SimpleNamespace
 
     from backend.errors import RidgeFillError
-    from backend.evals.tune import _checked_splits
+    from backend.tuning.tune import _checked_splits
 
     gemma = SimpleNamespace(n_layer=18)
     # 5 is below the global cache's first layer: the lowest candidate moves up to 6
@@ -164,7 +164,7 @@ def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
 
 
 def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_recall():
-    from backend.evals.tune import Candidate, choose, refusal
+    from backend.tuning.tune import Candidate, choose, refusal
     from backend.protocol import Timings
 
     fast = Timings(mode="guided")
@@ -182,7 +182,7 @@ def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_rec
 
 def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, capsys, tiny_path):
     from app.cli import run_cli
-    from backend.evals import tune
+    from backend.tuning import tune
     from backend.model_file import read_model_info
     from backend.ridgefill import defaults
     from backend.ridgefill.tuned import read_tuned, summary, write_tuned

@@ -218,9 +218,9 @@ def test_a_follow_up_redecodes_only_rows_not_exact_yet(engine, monkeypatch):
 
 
 def test_the_hit_rate_instrument_finds_the_asked_needle_and_resumes(engine, tmp_path, monkeypatch):
-    from backend.evals import selection
-    from backend.evals.haystacks import corpus_haystack
-    from backend.evals.needles import build_item
+    from lab.evals import selection
+    from backend.recall.haystacks import corpus_haystack
+    from backend.recall.needles import build_item
 
     hay = corpus_haystack()
     bulk_item = build_item(engine, length=1536, depth=0.3, variant="single", haystack=hay)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -76,6 +77,33 @@ def test_desktop_entry_and_launcher():
     assert "opt/ridgefill/ridgefill" in launcher.read_text()
 
 
+def _is_lab(name: str) -> bool:
+    return name == "lab" or name.startswith(("lab.", "lab/"))
+
+
+def test_the_spec_leaves_the_lab_out():
+    """The bundle is the product: the spec, run with PyInstaller's build steps stubbed, lists no module
+    and no file of the lab (lab/) and excludes the package; the product's modules are all there."""
+    seen = {}
+
+    def analysis(scripts, **kw):
+        seen.update(kw)
+        return SimpleNamespace(pure=[], scripts=[], binaries=[], datas=[])
+
+    def step(*args, **kw):
+        return SimpleNamespace()
+
+    spec = REPO / "packaging" / "ridgefill.spec"
+    names = {"SPECPATH": str(spec.parent), "Analysis": analysis, "PYZ": step, "EXE": step, "COLLECT": step,
+             "BUNDLE": step, "__name__": "ridgefill_spec"}
+    exec(compile(spec.read_text(encoding="utf-8"), str(spec), "exec"), names)
+    assert "lab" in seen["excludes"]
+    assert not [m for m in seen["hiddenimports"] if _is_lab(m)]
+    assert not [dest for _, dest in seen["datas"] if _is_lab(dest)]
+    for module in ("app.cli", "app.recall_task", "backend.recall.run", "backend.tuning.tune", "ui.recall_panel"):
+        assert module in seen["hiddenimports"]
+
+
 # ---- the real build ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
@@ -122,7 +150,20 @@ def test_bundle_is_trimmed_and_passes_selftest(built):
                  "PySide6/QtNetwork.abi3.so"):
         assert not (internal / gone).exists(), f"{gone} should not be bundled"
     assert (internal / "PySide6" / "Qt" / "plugins" / "platforms" / "libqoffscreen.so").is_file()
+    assert not (internal / "lab").exists()
+    modules = _bundled_modules(app / "ridgefill")
+    assert "app.cli" in modules and "backend.tuning.tune" in modules  # the listing is read right
+    assert not [m for m in modules if _is_lab(m)], "the lab should not be bundled"
     _selftest(app / "ridgefill", tmp / "home-bundle", tmp)
+
+
+def _bundled_modules(program: Path) -> set[str]:
+    """Every name in the program's archives (its PYZ's modules among them), as pyi-archive_viewer lists them."""
+    viewer = Path(sys.executable).with_name("pyi-archive_viewer")
+    r = subprocess.run([str(viewer), "--recursive", "--brief", str(program)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return {line.strip() for line in r.stdout.splitlines() if line.startswith(" ")}
 
 
 @pytest.mark.slow

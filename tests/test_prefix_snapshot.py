@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from backend.documents import document_messages
-from backend.evals.document_questions import questions_dir
-from backend.evals.prefix_snapshot import PrefixSnapshots, shared_rows
 from backend.completion import complete
+from backend.documents import document_messages
 from backend.protocol import CompletionRequest
+from backend.recall.document_questions import questions_dir
+from backend.recall.prefix_snapshot import PrefixSnapshots, shared_rows
 
 QUESTIONS = ("Which program verifies signatures?", "Where are bugs reported?")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.commands.fuzz_readers import (ARRAY, GGUF_TYPES, MANIFEST_TEMPLATE, gguf_bytes, gguf_string, model_kvs,
+from lab.commands.fuzz_readers import (ARRAY, GGUF_TYPES, MANIFEST_TEMPLATE, gguf_bytes, gguf_string, model_kvs,
                                        nested_array, seed_ggufs, tensor_entry)
 from backend.errors import ModelFileError
 from backend.model_file import GGUFArray, read_model_header, read_model_info

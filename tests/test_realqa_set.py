@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from backend.evals.document_questions import (QUESTION_SETS, accepted, answer_found, load_questions, paired_questions,
-                                             questions_dir, rescored)
+from backend.recall.document_questions import QUESTION_SETS, accepted, load_questions, questions_dir
+from backend.recall.scoring import answer_found
+from lab.evals.paired_questions import paired_questions, rescored
 
 
 def _documents(questions) -> set[str]:
@@ -85,7 +86,7 @@ def test_paired_questions_counts_per_document_and_depth_and_lists_the_losses():
 
 
 def test_the_losses_are_split_by_whether_the_answers_rows_were_made_exact_and_what_the_oracle_says():
-    from backend.evals.report import questions_text
+    from lab.evals.report import questions_text
 
     questions = load_questions("realqa")
     right = [q["answer"] for q in questions[:3]]
@@ -105,7 +106,7 @@ def test_the_losses_are_split_by_whether_the_answers_rows_were_made_exact_and_wh
 
 def test_recall_scores_a_question_by_its_accepted_phrases():
     """recall scored every reply by its first 7-digit run, so every question came out wrong."""
-    from backend.evals.scoring import score
+    from backend.recall.scoring import score
 
     assert score("The RFC that defines it is RFC 4880.", ["RFC4880", "RFC 4880"], "phrase") == (True, "RFC 4880")
     assert score("It is RFC 48801.", ["RFC4880", "RFC 4880"], "phrase") == (False, None)

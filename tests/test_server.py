@@ -316,7 +316,7 @@ def test_a_client_that_disconnects_mid_stream_frees_the_engine(gateway):
 
 
 def test_small_load(server):
-    from app.server.load import run_load
+    from lab.server_load.load import run_load
 
     report = run_load(server.url, clients=3, requests=2, max_tokens=4)
     s = report.summary()

@@ -271,7 +271,7 @@ def test_a_child_that_breaks_a_message_is_an_engine_crash(monkeypatch, target, s
 
 
 def test_hostile_clients_each_get_their_4xx_from_the_real_server():
-    from app.server.hostile import run_hostile
+    from lab.server_load.hostile import run_hostile
     from app.server.runner import LocalServer
 
     srv = LocalServer(FakeGateway(), defaults=Defaults("off", sampling=GREEDY), port=0).start()
@@ -286,7 +286,7 @@ def test_hostile_clients_each_get_their_4xx_from_the_real_server():
 
 
 def test_the_hostile_report_counts_each_status_class_and_a_5xx_as_a_server_error():
-    from app.server.hostile import HostileReport
+    from lab.server_load.hostile import HostileReport
 
     r = HostileReport()
     for got, want in (((400, ""), (400,)), ((429, "queue_full"), (400,)), ((503, "engine_loading"), (400,)),
@@ -298,7 +298,7 @@ def test_the_hostile_report_counts_each_status_class_and_a_5xx_as_a_server_error
 
 
 def test_a_slow_reader_and_one_that_stops_reading_do_not_hold_the_engine():
-    from app.server.hostile import slow_reader
+    from lab.server_load.hostile import slow_reader
     from app.server.runner import LocalServer
 
     gw = FakeGateway("long")

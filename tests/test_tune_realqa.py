@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from backend.evals import tune
-from backend.evals.document_questions import load_questions
-from backend.evals.tune import Candidate, candidate_keeps, choose, keeps_real, real_informative
-from backend.evals.tune_items import RealQuestions, real_counts, real_question_ids
+from backend.recall.document_questions import load_questions
+from backend.tuning import tune
+from backend.tuning.items import RealQuestions, real_counts, real_question_ids
+from backend.tuning.tune import Candidate, candidate_keeps, choose, keeps_real, real_informative
 
 
 def _candidate(split: int, real: RealQuestions, needle_lost: int = 0) -> Candidate:
@@ -110,8 +110,8 @@ def test_tunes_real_question_step_on_two_questions_of_one_part_with_the_real_eng
                                                                                   monkeypatch):
     """Exact and S = 18 (shipped maps) on the two subset questions of the shortest part, the second
     restoring the part's prefill; the counts are the lines'."""
-    from backend.evals.recall import load_results
-    from backend.evals.tune_items import real_question_items
+    from backend.recall.run import load_results
+    from backend.tuning.items import real_question_items
 
     engine = small_engine
     items, left_out = real_question_items(engine, 2, 64, room=1272)  # only the 1,219-1,240-token part fits

@@ -1,5 +1,5 @@
-"""`python -m app cache list [--json] | clear | bench`: the prompt cache on disk (backend/prompt_cache.py);
-bench (app/commands/cache_bench.py) measures it."""
+"""`python -m app cache list [--json] | clear`: the prompt cache on disk (backend/prompt_cache.py);
+`python -m lab cache bench` (lab/commands/cache_bench.py) measures it."""
 from __future__ import annotations
 
 import json
@@ -15,9 +15,6 @@ def register(sub) -> None:
     ls.set_defaults(func=run_list)
     clear = actions.add_parser("clear", help="remove every saved prompt")
     clear.set_defaults(func=run_clear)
-    from app.commands import cache_bench
-
-    cache_bench.register(actions)
 
 
 def run_list(args) -> int:

@@ -4,7 +4,7 @@ Fits maps for a few candidate splits from one capture (Get maps), runs a short b
 against RidgeFill in the model's default mode, items from the shipped corpus), a fixed subset of the real
 questions (realqa) and a TTFT ratio at one length, and records the lowest split that keeps recall on both
 beside the maps; the model's default split is then that one (backend/ridgefill/defaults.py). The rule and
-the figures: backend/evals/tune.py.
+the figures: backend/tuning/tune.py.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from app.commands.common import float_list, int_list, open_engine, say_note, sta
 
 
 def register(sub) -> None:
-    from backend.evals import tune
+    from backend.tuning import tune
 
     p = sub.add_parser("tune", help="choose the model's split by measurement (recall vs exact, TTFT ratio) and record it")
     p.add_argument("--splits", type=int_list, default=None,
@@ -49,7 +49,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.evals.tune import run_tune
+    from backend.tuning.tune import run_tune
     from backend.hub.get_maps import CaptureOptions
 
     if args.budget_s is not None and args.budget_s <= 0:
@@ -75,7 +75,7 @@ def run(args) -> int:
 
 
 def tune_text(r) -> str:
-    from backend.evals.report import table
+    from backend.recall.report import table
     from backend.ridgefill.tuned import summary
 
     rows = [[c.split, f"{c.bulk_correct}/{c.n}", f"{c.exact_correct}/{c.n}", _real_cell(c.real),

@@ -6,5 +6,4 @@ schema.py    OpenAI request bodies -> CompletionRequest, results -> OpenAI respo
 api.py       the Starlette app: routes, key check, queue limit, streaming, disconnect -> cancel.
 deadline.py  the write deadline: a client that takes no byte of its answer for 30 s loses its connection.
 runner.py    where it may listen (loopback unless a key is set) and uvicorn in a thread or in front.
-load.py      a bounded load test against a running server, and the added-latency measurement.
 """

@@ -9,7 +9,7 @@ S = 18 keeps (docs/measurements/real-questions.md#real-questions-about-real-docu
 window (EngineConfig.swa_full) and scores at a global layer below the split, which lets Gemma 3 270M run
 at S = 6, just above its first global layer.
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
-A model tuned on this machine (`python -m app tune`, backend/evals/tune.py) has its split measured:
+A model tuned on this machine (`python -m app tune`, backend/tuning/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
 
 Tail: the reference uses T = 2,048 (minimum 512) on a GPU. On a CPU with a small model the tail runs the

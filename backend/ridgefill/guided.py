@@ -61,7 +61,7 @@ class GuidedParams:
     # them apart (docs/measurements/guided-design.md#contrast-question).
     also_peaks: int = 4
     # Rows made exact besides the question's choice: an eval's oracle (the answer's rows,
-    # backend/evals/recall.py), never set by a request.
+    # backend/recall/run.py), never set by a request.
     also_rows: tuple[int, ...] = ()
 
     def scoring_layers(self, n_layer: int, split: int, windowed=frozenset()) -> list[int]:

@@ -235,7 +235,7 @@ def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
 
 def prefill_bulk(engine, plan, tokens: list[int]) -> None:
     """Sequence 0 becomes `tokens` through `plan`'s bulk pass alone (no row made exact, no tail): what a
-    run of a longer prompt starting with them writes there (evals/prefix_snapshot.py saves it)."""
+    run of a longer prompt starting with them writes there (backend/recall/prefix_snapshot.py saves it)."""
     engine.slot.truncate(0)
     with one_torch_thread():
         bulk_pass(engine, plan, tokens, 0, len(tokens), _Predictor(plan.maps))

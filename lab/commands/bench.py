@@ -1,0 +1,52 @@
+"""`python -m lab bench --lengths 2048,4096,8000 --split S --tail T`: TTFT of off and speed side by side."""
+from __future__ import annotations
+
+import json
+import sys
+
+from app.commands.common import open_engine, str_list
+from backend.protocol import RIDGEFILL_MODES
+from backend.ridgefill.defaults import DEFAULT_MODE, split_or_default, tail_or_default
+from lab.evals.ttft import rows_as_dicts, run_ttft_bench
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="time to first token, exact vs RidgeFill, on the same prompts in one run")
+    p.add_argument("--lengths", default="2048,4096,8000", help="prompt lengths in tokens, comma-separated")
+    p.add_argument("--split", type=int, default=None, help="RidgeFill split S (default: the model's)")
+    p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
+    p.add_argument("--mode", default=DEFAULT_MODE, choices=RIDGEFILL_MODES,
+                   help=f"the RidgeFill mode to time (default {DEFAULT_MODE})")
+    p.add_argument("--settings", type=str_list, default=None,
+                   help="several RidgeFill settings against the same exact runs, e.g. guided:6,guided:5,guided:6w "
+                        "(w: the bulk's attention below the split windowed); overrides --mode and --split")
+    p.add_argument("--repeats", type=int, default=3, help="runs per mode and length (the median is shown)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    engine = open_engine(args)
+    # Exact is timed at its best: on a sliding-window model, without the full-size window cache that the
+    # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
+    exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
+    split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
+    rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
+                          on_progress=lambda msg: print(f"  {msg}", file=sys.stderr), exact_engine=exact,
+                          settings=args.settings)
+    labels = [name for _ in lengths for name in (args.settings or [args.mode])]
+    if args.json:
+        print(json.dumps({"model": engine.info.name, "split": split, "tail": tail, "mode": args.mode,
+                          "threads": engine.config.n_threads,
+                          "results": [{"setting": a, **r} for a, r in zip(labels, rows_as_dicts(rows))]}))
+        return 0
+    what = ", ".join(args.settings) if args.settings else f"{args.mode} at split {split}"
+    print(f"{engine.info.name}: {what}, tail {tail}, {engine.config.n_threads} threads, "
+          f"median of {args.repeats}" + ("; exact without the full-size sliding-window cache" if exact is not engine else ""))
+    print(f"{'tokens':>7} {'off TTFT':>10} {'exact tok/s':>11} {'setting':>10} {'TTFT':>9} {'ratio':>6}  breakdown / note")
+    for label, r in zip(labels, rows):
+        detail = ", ".join(f"{k} {v:,.0f}" for k, v in r.breakdown_ms.items() if v) if r.speed_mode_run != "off" else r.note
+        print(f"{r.n_prompt:>7,} {r.off_ttft_ms:>8,.0f}ms {r.off_prompt_per_second:>11,.0f} "
+              f"{label:>10} {r.speed_ttft_ms:>7,.0f}ms {r.ratio:>5.2f}x  {detail}")
+    return 0

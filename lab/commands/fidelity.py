@@ -1,0 +1,126 @@
+"""`python -m lab fidelity`: how far RidgeFill moves the exact model's own answers about a document.
+
+  python -m lab fidelity --doc manual.pdf --questions q.json [--modes guided,speed,q8] [--json]
+  python -m lab fidelity --half judge --out long.jsonl        # the shipped long set (4K-32K documents)
+
+q.json is a list of {"question": ..., "answer": ... (optional)}. Per setting: the mean ΔNLL of exact's
+replies under its cache with a 95% CI, beside q8 (llama.cpp's q8_0 K/V cache: the yardstick) and mb128
+(exact at micro-batch 128: rounding); the replies whose first sentence changed; accuracy where answers
+are given. Resumable JSON lines (--out).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from app.commands.common import model_path, open_engine, str_list
+from backend.documents import read_document_parts
+from backend.errors import DocumentError
+from backend.recall.report import p_value, table
+from backend.user_paths import data_dir
+from lab.commands.common import say
+from lab.evals.fidelity import FidelityRun, parse_setting
+from lab.evals.fidelity_report import exact_accuracy, report
+from lab.evals.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
+
+DEFAULT_SETTINGS = "guided,q8"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fidelity", help="how far RidgeFill moves exact's answers about a document (ΔNLL, changed replies, accuracy)")
+    p.add_argument("--doc", action="append", default=[], metavar="FILE", help="a document (repeatable, each with --questions)")
+    p.add_argument("--questions", action="append", default=[], metavar="Q.json",
+                   help="its questions: [{\"question\": ..., \"answer\": ... (optional)}]")
+    p.add_argument("--half", choices=[CHOOSE, JUDGE], help="without --doc: only this half of the long set")
+    p.add_argument("--documents", type=str_list, default=None, help="without --doc: only these long-set documents")
+    p.add_argument("--modes", type=str_list, default=str_list(DEFAULT_SETTINGS),
+                   help=f"settings beside exact: guided, guided:SPLIT, speed, q8, mb128 (default {DEFAULT_SETTINGS})")
+    p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th question of each document (a sample spread over it)")
+    p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
+    p.add_argument("--out", default=None, help="JSON lines file (default: <data dir>/evals/fidelity.jsonl); resumed")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=run)
+
+
+def documents(args) -> list[QuestionedDocument]:
+    if not args.doc:
+        docs = long_set(args.half)
+        if args.documents:
+            docs = [d for d in docs if d.name in args.documents or Path(d.name).stem in args.documents]
+        if not docs:
+            raise DocumentError("no long-set document matches --documents")
+        return docs
+    if len(args.doc) != len(args.questions):
+        raise DocumentError("give one --questions file for each --doc, in the same order")
+    out = []
+    for doc, questions in zip(args.doc, args.questions):
+        text = read_document_parts(Path(doc)).text
+        out.append(QuestionedDocument(Path(doc).name, text, read_question_file(questions, Path(doc).name)))
+    return out
+
+
+def run(args) -> int:
+    settings = [parse_setting(s) for s in args.modes]
+    docs = documents(args)
+    if args.every > 1:
+        docs = [replace(d, questions=d.questions[:: args.every]) for d in docs]
+    engines: dict = {}
+
+    def engine_for(setting):
+        if setting.engine_key not in engines:
+            engines[setting.engine_key] = _engine(args, setting)
+        return engines[setting.engine_key]
+
+    out = args.out or str(data_dir() / "evals" / "fidelity.jsonl")
+    n = sum(len(d.questions) for d in docs)
+    say(f"{n} questions about {len(docs)} documents; exact and {', '.join(s.name for s in settings)}; results -> {out}")
+    runner = FidelityRun(engine_for, Path(model_path(args)).name, out, tail=args.tail, on_line=_progress)
+    try:
+        lines = runner.run(docs, settings)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    figures = {"exact": exact_accuracy(lines), "settings": report(lines)}
+    print(json.dumps(figures, indent=1) if args.json else fidelity_text(figures))
+    return 0
+
+
+def _engine(args, setting):
+    engine = open_engine(args, swa_full=True)
+    if setting.engine_key == ("f16", engine.config.n_ubatch):
+        return engine
+    config = replace(engine.config, kv_type=setting.kv_type, n_ubatch=setting.ubatch)
+    engine.close()
+    from backend.engine import Engine
+
+    return Engine(config)
+
+
+def _progress(r: dict) -> None:
+    if "skipped" in r:
+        say(f"{r['id']} {r['setting']}: skipped ({r['skipped']})")
+        return
+    right = "" if r.get("right") is None else (" right" if r["right"] else " wrong")
+    nll = "-" if r.get("nll_ref") is None else f"{r['nll_ref']:.3f}"
+    say(f"{r['id']} {r['setting']}: {r['reply'].strip()[:50]!r}{right}, NLL(exact's reply) {nll}, "
+        f"{r['seconds']:.1f} s" + (f"  [{r['note']}]" if r.get("note") else ""))
+
+
+def fidelity_text(figures: dict) -> str:
+    e = figures["exact"]
+    out = [f"exact: {e['right']} of {e['n']} right" + (f" ({e['skipped']} beyond the context)" if e["skipped"] else "")]
+    for setting, groups in figures["settings"].items():
+        rows = [_row(group, g) for group, g in groups.items()]
+        out += ["", f"{setting} against exact (ΔNLL: nats per token of exact's reply; right: claim in the first sentence)",
+                table(["group", "n", "ΔNLL", "95% CI", "mean |ΔNLL|", "changed", "right / exact's", "kept", "p"], rows)]
+    return "\n".join(out)
+
+
+def _row(group: str, g: dict) -> list:
+    ci = f"[{g['dnll_lo']:+.3f}, {g['dnll_hi']:+.3f}]" if "dnll" in g else "-"
+    right = f"{g['right']} / {g['exact_right']}" if "right" in g else "-"
+    kept = f"{g['kept']}" + (f" (stable {g['stable_kept']}/{g['stable']})" if "stable" in g else "") if "kept" in g else "-"
+    return [group, g["n"], f"{g['dnll']:+.3f}" if "dnll" in g else "-", ci,
+            f"{g['abs_dnll']:.3f}" if "dnll" in g else "-", g["changed"], right, kept,
+            p_value(g["p"]) if "p" in g else "-"]
