@@ -177,7 +177,7 @@ def test_a_plan_carries_its_maps_tag_and_warnings():
     eng = FakeEngine(ridgefill=FakeRuntime(found=maps))
     plan = plan_ridgefill(eng, LONG, "quality", SPLIT, 128, share=0.25)
     assert (plan.mode, plan.split, plan.tail, plan.share) == ("quality", SPLIT, 128, 0.25)
-    assert plan.maps is maps and plan.tag == "s18:fake-s18" and plan.warnings == ["made for another quantisation"]
+    assert plan.maps is maps and plan.tag == "s18:fake-s18" and list(plan.warnings) == ["made for another quantisation"]
     assert plan.warnings is not maps.warnings  # the plan's own list
 
 
