@@ -139,7 +139,7 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
         raise LayoutRefused(f"exact rows: {skip.error or 'the split stream was not written'}")
     new_cells = cells.first_layer_cells()
     if skip is not None:
-        streams.copy_lower_kv(old_cells, new_cells)
+        engine.slot.write_late(streams.lower_kv(old_cells, new_cells))
     return new_cells
 
 
