@@ -34,11 +34,8 @@ def complete(engine: Engine, request: CompletionRequest, *, on_event: EventSink 
         from .hub.context_fit import with_advice
 
         raise with_advice(exc) from None
+    # decided once: an exact plan for a request with documents records each row's cell for the sources
     plan = plan or plan_prefill(engine, request, len(tokens))
-    if request.documents:  # the sources read each document row's key in its cell (backend/sources.py)
-        from .sources import record_cells
-
-        record_cells(engine, plan)
     restored = ""
     if prompt_cache is not None and request.reuse_prefix and plan.mode != "plumb":  # plumb starts at 0
         from .prompt_reuse import restore

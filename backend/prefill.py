@@ -7,6 +7,7 @@ by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .protocol import Timings
 
@@ -41,18 +42,21 @@ class PrefillReport:
         return t
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExactPrefill:
-    """The exact model, chunk by chunk; `note` says why a RidgeFill request came here, if it did."""
+    """The exact model, chunk by chunk; `note` says why a RidgeFill request came here, if it did. Frozen:
+    decided once by backend/ridgefill/plan.py, never changed after."""
 
     note: str = ""
     mode: str = "off"
     tag: str | None = None  # exact rows only: what prefix reuse accepts
-    # Where RidgeFill's layout is known and the request has documents: an eval hook that records each
-    # row's cell (cache_layout.CellTap), so the answer's sources can read the rows' keys (backend/sources.py).
-    cells: object | None = None
+    # Where RidgeFill's layout is known and the request has documents: makes the eval hook that records
+    # each row's cell (cache_layout.CellTap), so the answer's sources can read the rows' keys
+    # (backend/sources.py). Decided by the planner, made fresh for each run.
+    cells: Callable[[], object] | None = None
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
+        hook = self.cells() if self.cells is not None else None
         cache_n, ms = engine.slot.prefill(tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel,
-                                          hook=self.cells)
+                                          hook=hook)
         return PrefillReport(mode="off", cache_n=cache_n, prompt_ms=ms, note=self.note)

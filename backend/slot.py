@@ -7,40 +7,31 @@ and copied in, a saved state loaded, the cache truncated. Each method changes th
 (backend/row_record.py) together, so no caller can do one without the other. Everyone reads the record
 as `slot.record`. tests/test_state_writers.py checks that nothing else writes either.
 
-A slot belongs to one llama.cpp context: the engine makes a new one with each context (a grown context
-starts empty). The prompt cache's state mark hangs off it; RidgeFill's runtime (graph layout, weights,
-maps: backend/ridgefill/runtime.py) off the engine, since it outlives a grown context.
+A slot holds its llama.cpp context (backend/llama_context.py) and calls llama.cpp itself, as
+`server_slot` holds its context handle: the engine makes a context and its slot together, a new pair
+when the context grows (a grown context starts empty), and never sits between them. The refinement's
+own context (backend/ridgefill/refine_context.py) has a slot of this class, with its own record. The
+prompt cache's state mark hangs off the slot; RidgeFill's runtime (graph layout, weights, maps:
+backend/ridgefill/runtime.py) off the engine, since it outlives a grown context.
 """
 from __future__ import annotations
 
 import copy
+import ctypes
 import time
+from contextlib import nullcontext
 from typing import Callable, Iterable, Protocol
 
+import llama_cpp
 import numpy as np
 
 from .errors import Cancelled, EngineError
+from .llama_context import LlamaContext
 from .protocol import ProgressEvent
 from .row_record import RowRecord
 
 EventSink = Callable[[object], None]
 CancelCheck = Callable[[], bool]
-
-
-class Seq0Context(Protocol):
-    """What the slot needs of its llama.cpp context (backend/engine.Engine, which makes the slot)."""
-
-    def decode_seq0(self, tokens: list[int], start: int, *, logits_last: bool, logits_all: bool = False) -> None: ...
-    def pin(self, p0: int, p1: int) -> None: ...
-    def seq0_truncate(self, n_keep: int) -> int: ...
-    def seq_remove_seq0(self, p0: int, p1: int) -> None: ...
-    def seq_copy_to_seq0(self, src: int, p0: int, p1: int) -> None: ...
-    def seq_remove(self, seq: int, p0: int, p1: int) -> None: ...
-    def seq0_state(self) -> bytearray: ...
-    def seq0_set_state(self, state: bytearray) -> tuple[int, int]: ...
-    def context_state(self) -> bytearray: ...
-    def set_context_state(self, state: bytearray) -> int: ...
-    def hooked(self, hook): ...  # a context manager: the eval callback forwards to `hook` inside it
 
 
 class CellRecorder(Protocol):
@@ -60,8 +51,11 @@ RowWrite = tuple[CacheRows, np.ndarray, np.ndarray]
 
 
 class Slot:
-    def __init__(self, engine: Seq0Context):
-        self._engine = engine
+    def __init__(self, context: LlamaContext, pin_seq: int | None = None):
+        """Sequence 0 of `context`, which it holds (as `server_slot` holds its context); `pin_seq`: the
+        sequence that holds every cell sequence 0 holds (Engine.pin_seq), or None."""
+        self.context = context
+        self.pin_seq = pin_seq
         self._rows = RowRecord()
         self.state_mark: str | None = None  # hex of this build's state header (backend/prompt_reuse.py)
 
@@ -88,60 +82,77 @@ class Slot:
 
     # ---- decoding onto sequence 0 ----------------------------------------------------------------
     def decode(self, tokens: list[int], start: int, *, logits_last: bool = False, logits_all: bool = False,
-               approx_tag: str | None = None, hook=None) -> None:
+               approx_tag: str | None = None, hook=None, abort: CancelCheck | None = None) -> None:
         """One llama_decode of up to n_batch tokens right after what is cached, recorded: exact rows, or
         rows approximated under `approx_tag`. `hook`: the eval hook for it; one that records cells
-        (a CellRecorder) gives the record each row's cell."""
+        (a CellRecorder) gives the record each row's cell. `abort`: asked inside the decode (one graph
+        at most): Preempted, and nothing of it stays."""
         if start != len(self._rows):
             raise ValueError(f"sequence 0 holds {len(self._rows)} rows; cannot decode at {start}")
-        n, engine = len(tokens), self._engine
-        if hook is None:
-            engine.decode_seq0(tokens, start, logits_last=logits_last, logits_all=logits_all)
-        else:
-            with engine.hooked(hook):
-                engine.decode_seq0(tokens, start, logits_last=logits_last, logits_all=logits_all)
-        self._rows.append(tokens, approx_tag)
-        cells = getattr(hook, "first_layer_cells", None)
-        if cells is not None:
-            self._rows.record_cells(start, cells())
-        engine.pin(start, start + n)
+        ctx, n = self.context, len(tokens)
+        batch = ctx.batch(tokens, range(start, start + n), [0] * n, logits_last=logits_last, logits_all=logits_all,
+                          abort=abort)
+        with ctx.hooked(hook) if hook is not None else nullcontext(), ctx.abortable(abort):
+            rc = llama_cpp.llama_decode(ctx.handle, batch)
+        self._decoded(rc, tokens, start, approx_tag, hook, abort)
 
-    def prefill(self, tokens: list[int], *, reuse_prefix: bool = True, on_event: EventSink | None = None,
-                cancel: CancelCheck | None = None, hook=None) -> tuple[int, float]:
-        """Exact chunked prefill. Returns (cache_n, prompt_ms). Leaves the last token's logits ready.
-        Raises Cancelled between chunks; the chunks already done stay cached for the next request.
-        `hook`: a CellRecorder that gives the record each decoded row's cell (see prefill_chunks)."""
-        cache_n = self.reusable_prefix(tokens) if reuse_prefix else 0
-        self.truncate(cache_n)
-        t0 = time.perf_counter()
-        # a hook sees one graph at a time: chunks of one ubatch, so it records every row's cell
-        chunk_n = self._engine.config.n_batch if hook is None else self._engine.ubatch_rows
-        self.prefill_chunks(tokens, cache_n, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, hook=hook)
-        return cache_n, (time.perf_counter() - t0) * 1000
-
-    def prefill_chunks(self, tokens: list[int], pos: int, *, chunk_n: int, t0: float,
-                       on_event: EventSink | None = None, cancel: CancelCheck | None = None,
-                       stage: str = "prefill", hook=None) -> None:
-        """Decode tokens[pos:] exactly, chunk by chunk; the last token's logits are left ready. Progress
-        after each chunk (elapsed since t0); Cancelled between chunks. `hook`: the eval hook of each
-        chunk's decode, reset before each (a CellRecorder records the chunk's cells: chunk_n at most one
-        ubatch)."""
+    def prefill(self, tokens: list[int], start: int | None = None, *, reuse_prefix: bool = True,
+                on_event: EventSink | None = None, cancel: CancelCheck | None = None, hook=None,
+                chunk_n: int | None = None, t0: float | None = None, stage: str = "prefill") -> tuple[int, float]:
+        """Exact chunked prefill of tokens[start:] (start None: after the prefix reused, or 0 without
+        `reuse_prefix`; what follows it is dropped). Returns (cache_n, prompt_ms). Leaves the last token's
+        logits ready. Progress after each chunk (elapsed since t0); Cancelled between chunks, the chunks
+        already done staying cached for the next request. `hook`: the eval hook of each chunk's decode,
+        reset before each; a CellRecorder gives the record each decoded row's cell (chunks of one ubatch:
+        a hook sees one graph at a time)."""
+        ctx = self.context
+        if start is None:
+            start = self.reusable_prefix(tokens) if reuse_prefix else 0
+            self.truncate(start)
+        t0 = time.perf_counter() if t0 is None else t0
+        chunk_n = chunk_n or (ctx.n_batch if hook is None else ctx.ubatch_rows)
+        pos = start
         while pos < len(tokens):
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {pos} of {len(tokens)} tokens")
             chunk = tokens[pos : pos + chunk_n]
             if hook is not None and hasattr(hook, "reset"):
                 hook.reset()
-            self.decode(chunk, pos, logits_last=pos + len(chunk) == len(tokens), hook=hook)
-            pos += len(chunk)
+            n, last = len(chunk), pos + len(chunk) == len(tokens)
+            batch = ctx.batch(chunk, range(pos, pos + n), [0] * n, logits_last=last)
+            with ctx.hooked(hook) if hook is not None else nullcontext():
+                rc = llama_cpp.llama_decode(ctx.handle, batch)
+            self._decoded(rc, chunk, pos, None, hook)
+            pos += n
             if on_event is not None:
                 on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage=stage))
+        return start, (time.perf_counter() - t0) * 1000
+
+    def _decoded(self, rc: int, tokens: list[int], start: int, approx_tag: str | None, hook,
+                 abort: CancelCheck | None = None) -> None:
+        """After a llama_decode of `tokens` at `start` on sequence 0: its outcome checked, its rows
+        recorded (their cells, where `hook` recorded them) and pinned."""
+        n = len(tokens)
+        self.context.check(rc, n, start, abort)
+        self._rows.append(tokens, approx_tag)
+        cells = getattr(hook, "first_layer_cells", None)
+        if cells is not None:
+            self._rows.record_cells(start, cells())
+        self._pin(start, start + n)
+
+    def _pin(self, p0: int, p1: int) -> None:
+        """The pin sequence (Engine.pin_seq) takes sequence 0's cells at positions [p0, p1)."""
+        if self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_cp(self.context.mem, 0, self.pin_seq, p0, p1)
 
     # ---- RidgeFill's writes ----------------------------------------------------------------------
     def write_late(self, writes: Iterable[RowWrite], *, split: int | None = None, start: int = 0,
                    streams: np.ndarray | None = None) -> None:
-        """Late layers' K/V of approximated rows, written into their cells; with `streams`, rows start..
-        keep their streams entering `split` (a bulk pass computed them) in the record."""
+        """K/V rows written into their cells: the one writer of K/V outside llama.cpp's decodes. Late
+        layers' K/V of approximated rows (the bulk pass, the sliding windows), a re-decoded row's lower
+        layers copied from its old cell (lower_skip), a refined row's upper layers (refine_context). With
+        `streams`, rows start.. keep their streams entering `split` (a bulk pass computed them) in the
+        record."""
         for tensor, cells, values in writes:
             tensor.rows()[cells] = values
         if streams is not None:
@@ -151,10 +162,14 @@ class Slot:
         """Rows [start, end), decoded again through every layer on spare sequence `seq`, replace sequence 0's
         approximate ones (whose cells are freed); `cells`: where they are, where known. `clean`: they were
         decoded with every row before them clean (refinement, in prompt order)."""
-        engine = self._engine
-        engine.seq_remove_seq0(start, end)
-        engine.seq_copy_to_seq0(seq, start, end)
-        engine.seq_remove(seq, -1, -1)
+        mem = self.context.mem
+        if not llama_cpp.llama_memory_seq_rm(mem, 0, start, end):
+            raise EngineError(f"llama.cpp could not remove positions {start}..{end} of sequence 0")
+        if self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(mem, self.pin_seq, start, end)
+        llama_cpp.llama_memory_seq_cp(mem, seq, 0, start, end)
+        self._pin(start, end)
+        self.context.seq_remove(seq, -1, -1)
         self._rows.mark_exact(start, end, cells)
         if clean:
             self._rows.mark_clean(start, end)
@@ -164,30 +179,48 @@ class Slot:
         """Rows [start, end) in `cells`, refined in a sibling context with a clean history: their K or V rows
         of each layer written there, copied into those cells (the layers below are exact already); exact
         and clean now."""
-        for tensor, values in layer_rows:
-            tensor.rows()[cells] = values
+        self.write_late((tensor, cells, values) for tensor, values in layer_rows)
         self._rows.mark_exact(start, end, cells)
         self._rows.mark_clean(start, end)
 
     # ---- truncation and llama.cpp's saved state --------------------------------------------------
     def truncate(self, n_keep: int) -> None:
-        """Drop cached K/V from position n_keep on (0: all)."""
-        kept = self._engine.seq0_truncate(n_keep)
-        self._rows.truncate(kept)
+        """Drop cached K/V from position n_keep on (0: every sequence's)."""
+        mem = self.context.mem
+        if n_keep > 0 and not llama_cpp.llama_memory_seq_rm(mem, 0, n_keep, -1):
+            n_keep = 0
+        if n_keep > 0 and self.pin_seq is not None:
+            llama_cpp.llama_memory_seq_rm(mem, self.pin_seq, n_keep, -1)
+        if n_keep <= 0:
+            llama_cpp.llama_memory_clear(mem, True)
+        self._rows.truncate(max(0, n_keep))
 
     def state_bytes(self) -> bytearray:
-        """Sequence 0's cells as llama.cpp saves them (see backend/seq_state.py)."""
-        return self._engine.seq0_state()
+        """Sequence 0's cells as llama.cpp saves them (llama_state_seq_get_data; see backend/seq_state.py)."""
+        handle = self.context.handle
+        n = llama_cpp.llama_state_seq_get_size(handle, 0)
+        buf = bytearray(n)
+        if llama_cpp.llama_state_seq_get_data(handle, (ctypes.c_uint8 * n).from_buffer(buf), n, 0) != n:
+            raise EngineError("llama.cpp could not copy sequence 0's state")
+        return buf
 
     def snapshot(self) -> tuple[bytearray, RowRecord]:
-        """The whole context's cells and a copy of the record: `restore_snapshot` puts every row back in
+        """The whole context's cells (llama_state_get_data) and a copy of the record: loaded into a
+        context whose cache was empty when they were written, `restore_snapshot` puts every row back in
         its own cell (a sliding-window model's windows too), where a saved sequence 0 would not."""
-        return self._engine.context_state(), copy.deepcopy(self._rows)
+        handle = self.context.handle
+        n = llama_cpp.llama_state_get_size(handle)
+        buf = bytearray(n)
+        got = llama_cpp.llama_state_get_data(handle, (ctypes.c_uint8 * n).from_buffer(buf), n)
+        return buf[:got], copy.deepcopy(self._rows)
 
     def restore_snapshot(self, state: bytearray, rows: RowRecord) -> None:
         """Sequence 0 as `snapshot` saved it, in this context (EngineError, the cache empty, if not)."""
         self.truncate(0)
-        held = self._engine.set_context_state(state)
+        n = len(state)
+        if llama_cpp.llama_state_set_data(self.context.handle, (ctypes.c_uint8 * n).from_buffer(state), n) != n:
+            raise EngineError("llama.cpp could not load the context's saved state")
+        held = llama_cpp.llama_memory_seq_pos_max(self.context.mem, 0) + 1
         if held != len(rows):
             self.truncate(0)
             raise EngineError(f"the saved context holds {held:,} rows for a record of {len(rows):,}")
@@ -198,7 +231,10 @@ class Slot:
         record. EngineError, with the cache left empty, when llama.cpp refuses it or it holds another
         number of rows than the record."""
         self.truncate(0)
-        read, held = self._engine.seq0_set_state(state)
+        n = len(state)
+        read = llama_cpp.llama_state_seq_set_data(self.context.handle, (ctypes.c_uint8 * n).from_buffer(state), n, 0)
+        held = llama_cpp.llama_memory_seq_pos_max(self.context.mem, 0) + 1
+        self._pin(0, held)
         if read != len(state) or held != len(rows):
             self.truncate(0)
             raise EngineError(f"llama.cpp took {read:,} of the state's {len(state):,} bytes, holding {held:,} "

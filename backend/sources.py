@@ -10,8 +10,8 @@ MAX_SOURCES sources: the document, the page (PDF), character offsets into the te
 sentence around the place.
 
 Rows need known cells: RidgeFill's passes, refinement and a prompt-cache reload record them; an exact
-prefill records them through `record_cells` (a cell-recording hook). Rows with none (a RidgeFill
-request's exact tail) are not scored.
+prefill records them where its plan says so (ridgefill/plan.plan_prefill gives a request with documents
+a cell-recording hook). Rows with none (a RidgeFill request's exact tail) are not scored.
 """
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ import torch
 
 from .documents import DocumentText
 from .errors import EngineError, RidgeFillError
-from .prefill import ExactPrefill
-from .ridgefill.cache_layout import CellTap, LayoutRefused
+from .ridgefill.cache_layout import LayoutRefused
 from .ridgefill.defaults import default_split
 from .ridgefill.guided import DEFAULT as GUIDED, combined, contrast_prompt, contrasted, layer_scores
 from .ridgefill.injection import one_torch_thread
@@ -80,16 +79,6 @@ class PlacedDocument:
     doc: DocumentText
     rows: range
     char_of_row: np.ndarray  # per row of `rows`: the offset in doc.text of its first character
-
-
-def record_cells(engine, plan) -> str:
-    """Let an exact prefill record each row's cell (RidgeFill's passes record their own); "" or why not."""
-    rt = runtime(engine)
-    if rt.refused is not None:
-        return rt.refused
-    if isinstance(plan, ExactPrefill):
-        plan.cells = CellTap(rt.layout)
-    return ""
 
 
 def find_sources(engine, tokens: list[int], documents: list[DocumentText], timings,

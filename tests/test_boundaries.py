@@ -8,7 +8,9 @@ imports too).
 - layers ui -> app -> backend: backend never imports app or ui, app never imports ui (but for the
   GUI's entry point and the self-test, which start the window);
 - the UI never calls llama.cpp itself (no direct import of llama_cpp);
-- only the engine (backend/engine.py), its sampler chain (backend/sampler.py) and the ggml view
+- only the engine (backend/engine.py, its model's tokens in backend/vocabulary.py), its context
+  (backend/llama_context.py) and that context's slot (backend/slot.py, which calls llama.cpp itself as
+  server_slot does), its sampler chain (backend/sampler.py) and the ggml view
   (backend/ridgefill/ggml_graph.py) import llama_cpp directly: everything else goes through them;
 - no import cycles in backend, nor in the lab: between the children of every package in it, at every depth;
 - ridgefill never imports the hub, recall or tuning (directly or through a chain of imports);

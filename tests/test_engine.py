@@ -124,11 +124,11 @@ def test_eval_callback_can_observe_nodes(small_engine):
         def seen(self, tensor):
             return True
 
-    small_engine.eval_hook = Hook()
+    small_engine.context.eval_hook = Hook()
     try:
         complete(small_engine, ask("Hi", max_tokens=1, reuse_prefix=False))
     finally:
-        small_engine.eval_hook = None
+        small_engine.context.eval_hook = None
     assert "l_out-0" in names and "l_out-28" in names
 
 

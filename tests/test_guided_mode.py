@@ -124,7 +124,7 @@ def test_the_contrast_prompt_asks_its_own_question_in_the_same_frame(engine):
 
 
 def _state(engine):
-    mem = llama_cpp.llama_get_memory(engine._ctx)
+    mem = llama_cpp.llama_get_memory(engine.context.handle)
     return [(llama_cpp.llama_memory_seq_pos_min(mem, s), llama_cpp.llama_memory_seq_pos_max(mem, s))
             for s in range(engine.n_seq)], engine.slot.tokens, engine.slot.record.approximated()
 

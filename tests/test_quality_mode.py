@@ -31,7 +31,7 @@ class ZeroMaps:
 
 
 def seq_range(engine, seq):
-    mem = llama_cpp.llama_get_memory(engine._ctx)
+    mem = llama_cpp.llama_get_memory(engine.context.handle)
     return llama_cpp.llama_memory_seq_pos_min(mem, seq), llama_cpp.llama_memory_seq_pos_max(mem, seq)
 
 

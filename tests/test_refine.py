@@ -175,7 +175,7 @@ def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_
     assert len(asked) == 3  # stopped inside the decode, not before it
     after = (engine.slot.record.n_clean, engine.slot.record.approximated(), engine.slot.record.with_cells())
     assert after == before
-    mem = llama_cpp.llama_get_memory(engine._ctx)
+    mem = llama_cpp.llama_get_memory(engine.context.handle)
     assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == len(toks) - 1
     assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in engine.spare_sequences)
     refine.run()  # the stopped chunk is done again, and no abort check is left on the context
@@ -192,11 +192,11 @@ def test_refinements_own_context_shares_the_model_and_closes_with_the_engine(mod
     other = main.sibling(1024, swa_full=False)
     assert other._model == main._model and other.n_seq == 1 and not other._owns_model
     toks = main.tokenize("The sibling decodes on its own cache.")
-    other.decode_rows(toks, range(len(toks)), [0] * len(toks), logits_last=True)
+    other.slot.decode(toks, 0, logits_last=True)  # its own slot: sequence 0 of its own context
     main.slot.prefill(toks, reuse_prefix=False)
     assert kl(main.last_logits(), other.last_logits()) < 1e-4  # the same model, the same rows
     main.close()
-    assert other._ctx is None and other._model is None
+    assert other.context is None and other._model is None
 
 
 def test_the_own_context_is_not_reused_for_a_lower_split_than_its_rows_were_refined_from(engine):

@@ -103,11 +103,11 @@ def test_a_raising_hook_never_cuts_a_decode(tiny_llama):
         def seen(self, tensor):
             raise RuntimeError("boom")
 
-    tiny_llama.eval_hook = Broken()
+    tiny_llama.context.eval_hook = Broken()
     try:
         tiny_llama.slot.prefill(toks, reuse_prefix=False)
     finally:
-        tiny_llama.eval_hook = None
+        tiny_llama.context.eval_hook = None
     np.testing.assert_array_equal(tiny_llama.last_logits(), ref)
 
 
@@ -128,7 +128,7 @@ def test_cancel_mid_bulk_leaves_an_inexact_cache(tiny_llama, monkeypatch):
     toks = [1] + [int(t) for t in np.random.default_rng(2).integers(3, 299, 1700)]
     with pytest.raises(Cancelled):
         rp(tiny_llama, toks, "speed", 1, 512, maps=Ident(), cancel=lambda: calls.append(1) or len(calls) > 2)
-    assert tiny_llama.eval_hook is None and tiny_llama.slot.record.all_exact is False
+    assert tiny_llama.context.eval_hook is None and tiny_llama.slot.record.all_exact is False
     assert tiny_llama.slot.reusable_prefix(toks) == 0
     rep = rp(tiny_llama, toks, "speed", 1, 512, maps=Ident())
     assert rep.mode == "speed" and rep.bulk_n == len(toks) - 512

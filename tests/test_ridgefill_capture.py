@@ -65,7 +65,7 @@ def test_capture_progress_and_cancel(engine):
 
     with pytest.raises(Cancelled):
         capture_streams(engine, [seq], [3], cancel=cancel)
-    assert engine.eval_hook is None  # the hook is removed even on cancel
+    assert engine.context.eval_hook is None  # the hook is removed even on cancel
 
 
 def test_capture_rejects_bad_layers(engine):

@@ -116,7 +116,7 @@ def test_a_split_below_a_cache_groups_first_layer_is_refused_up_front():
 
 def test_min_split_is_the_last_cache_groups_first_layer():
     """A bulk pass cut at a group's first layer reads that group's cells from the split layer's own
-    K/V writes (injection._BulkTap), so Gemma 3 can split at its first global layer."""
+    K/V writes (bulk_tap.BulkTap), so Gemma 3 can split at its first global layer."""
     from types import SimpleNamespace
 
     from backend.ridgefill.runtime import _min_split
@@ -182,7 +182,7 @@ def test_a_plan_carries_its_maps_tag_and_warnings():
     eng = FakeEngine(ridgefill=FakeRuntime(found=maps))
     plan = plan_ridgefill(eng, LONG, "quality", SPLIT, 128, share=0.25)
     assert (plan.mode, plan.split, plan.tail, plan.share) == ("quality", SPLIT, 128, 0.25)
-    assert plan.maps is maps and plan.tag == "s18:fake-s18" and plan.warnings == ["made for another quantisation"]
+    assert plan.maps is maps and plan.tag == "s18:fake-s18" and list(plan.warnings) == ["made for another quantisation"]
     assert plan.warnings is not maps.warnings  # the plan's own list
 
 

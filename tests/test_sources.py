@@ -9,7 +9,8 @@ from backend.completion import complete
 from backend.documents import DocumentText, document_messages, read_document_parts, read_documents
 from backend.prefill import ExactPrefill
 from backend.protocol import CompletionRequest
-from backend.sources import answer_sources, best_places, passage, place_documents, question_window, record_cells
+from backend.ridgefill.plan import cell_recorder
+from backend.sources import answer_sources, best_places, passage, place_documents, question_window
 from test_document_formats import write_pdf
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -137,8 +138,8 @@ def test_a_passage_takes_the_short_lines_beside_it_and_not_the_prose_around_it()
 
 def test_an_exact_prefill_with_the_hook_records_every_rows_cell(small_engine):
     tokens = _tokens(small_engine, [_doc("a.txt", FACT_A)])
-    plan = ExactPrefill()
-    assert record_cells(small_engine, plan) == "" and plan.cells is not None
+    plan = ExactPrefill(cells=cell_recorder(small_engine))
+    assert plan.cells is not None
     plan.run(small_engine, tokens, reuse_prefix=False, on_event=None, cancel=None)
     cells = small_engine.slot.record.cells(list(range(len(tokens))))
     assert min(cells) >= 0 and len(set(cells)) == len(tokens)

@@ -1,10 +1,12 @@
 """One writer for each piece of the engine's state, checked in the source (app, backend, ui):
 - sequence 0's K/V and its row record (backend/row_record.py) change only inside backend/slot.py, the
   slot, which writes both together: everyone else reads `engine.slot.record` and writes through the
-  slot's methods. The engine's sequence-0 primitives (decode_seq0, seq0_truncate, seq0_set_state,
-  seq_remove_seq0, seq_copy_to_seq0, pin) are called from the slot only, and a cache tensor's rows are
-  assigned only there (and by lower_skip, which fills a spare sequence's new cells before the slot takes
-  them);
+  slot's methods. The slot holds its llama.cpp context and calls llama.cpp itself: the llama.cpp calls
+  that change a context's cells are made only in the slot and in backend/llama_context.py, whose
+  spare-sequence methods refuse sequence 0; the engine makes none and has no sequence-0 method. A cache
+  tensor's rows are assigned only in the slot, in one method: `Slot.write_late`, the one writer of K/V outside llama.cpp's decodes
+  (the bulk pass's late K/V, the sliding windows, lower_skip's copy of a re-decoded row's lower layers,
+  the refinement's rows);
 - RidgeFill's runtime (`Engine.ridgefill`) is filled only by backend/ridgefill/runtime.py."""
 from __future__ import annotations
 
@@ -17,13 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOT = Path("backend/slot.py")
 ENGINE = Path("backend/engine.py")
 RUNTIME = Path("backend/ridgefill/runtime.py")
-SPARE_CELLS = Path("backend/ridgefill/lower_skip.py")  # writes spare sequences' cells (see the doc)
 READERS = {"tokens", "all_exact", "with_cells", "approximated", "cells", "split_streams", "reusable_prefix",
            "n_clean", "stream_split", "streams_kept", "saved"}
 BUILDERS = {"from_saved"}  # make a new record (the prompt cache's); the slot adopts it
 WRITERS = {"append", "truncate", "mark_exact", "mark_clean", "record_cells", "keep_split_streams"}
 RECORD_ATTRS = {"record", "_rows"}  # how the slot's record is reached
-SEQ0_PRIMITIVES = {"decode_seq0", "seq0_truncate", "seq0_set_state", "seq_remove_seq0", "seq_copy_to_seq0", "pin"}
+CONTEXT = Path("backend/llama_context.py")
+# llama.cpp's calls that change a context's cells
+CELL_WRITERS = {"llama_decode", "llama_memory_seq_rm", "llama_memory_seq_cp", "llama_memory_clear",
+                "llama_state_set_data", "llama_state_seq_set_data"}
+# the engine's sequence-0 methods before the slot held its context: none may come back
+OLD_SEQ0_METHODS = {"decode_seq0", "seq0_truncate", "seq0_set_state", "seq_remove_seq0", "seq_copy_to_seq0", "pin",
+                    "seq0_state", "context_state", "set_context_state"}
 
 
 def _sources():
@@ -91,20 +98,28 @@ def test_only_the_slot_writes_the_row_record():
 
 
 def test_only_the_slot_writes_sequence_0s_kv():
-    found = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (SLOT, ENGINE)
-             for line in _calls(tree, SEQ0_PRIMITIVES)}
-    assert not found, f"sequence 0's K/V are written outside {SLOT} at {sorted(found)}"
-    engine_calls = set(_calls(ast.parse((ROOT / ENGINE).read_text(encoding="utf-8")), SEQ0_PRIMITIVES - {"pin"}))
-    assert not engine_calls, f"the engine calls its sequence-0 primitives itself at lines {sorted(engine_calls)}"
-    tensors = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (SLOT, SPARE_CELLS)
-               for line in _row_assignments(tree)}
+    found = {f"{rel}:{line}" for rel, tree in _sources() if rel not in (SLOT, CONTEXT)
+             for line in _calls(tree, CELL_WRITERS)}
+    assert not found, f"a context's cells are written outside {SLOT} and {CONTEXT} at {sorted(found)}"
+    engine = ast.parse((ROOT / ENGINE).read_text(encoding="utf-8"))
+    methods = {n.name for n in ast.walk(engine) if isinstance(n, ast.FunctionDef)}
+    assert not methods & OLD_SEQ0_METHODS, f"the engine has sequence-0 methods {sorted(methods & OLD_SEQ0_METHODS)}"
+    tensors = {f"{rel}:{line}" for rel, tree in _sources() if rel != SLOT for line in _row_assignments(tree)}
     assert not tensors, f"cache tensor rows are assigned outside {SLOT} at {sorted(tensors)}"
+
+
+def test_one_writer_of_kv_rows():
+    tree = ast.parse((ROOT / SLOT).read_text(encoding="utf-8"))
+    writer = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "write_late")
+    inside = set(range(writer.lineno, writer.end_lineno + 1))
+    elsewhere = [line for line in _row_assignments(tree) if line not in inside]
+    assert not elsewhere, f"cache tensor rows are assigned outside Slot.write_late at lines {elsewhere}"
 
 
 def test_the_slot_does_write_them():  # the checks above look where the writes are
     tree = ast.parse((ROOT / SLOT).read_text(encoding="utf-8"))
     assert len(_record_writes(tree)) >= len(WRITERS)
-    assert set(_calls(tree, SEQ0_PRIMITIVES)) and len(_row_assignments(tree)) >= 2
+    assert set(_calls(tree, CELL_WRITERS)) and _row_assignments(tree)
 
 
 def test_only_ridgefill_runtime_fills_the_engines_ridgefill_slot():

@@ -24,7 +24,6 @@ from ..completion import complete
 from ..protocol import CompletionRequest, CompletionResult
 from ..ridgefill.plan import RidgeFillPlan, plan_prefill
 from ..row_record import RowRecord
-from ..sources import record_cells
 
 
 # Bytes of saved prefills held at once: every document of a question set in two modes (realqa: 16 x 2,
@@ -72,8 +71,6 @@ class PrefixSnapshots:
         key = (tuple(tokens[:shared_n]), request.mode, tag, id(engine.slot))  # a grown context is a new slot
         saved = self._saved.get(key)
         if saved is None:
-            if request.documents:  # the saved rows need their cells for the sources, as complete records them
-                record_cells(engine, plan)
             saved = self._prefill(tokens[:shared_n], plan)
             while self._saved and sum(len(s.state) for s in self._saved.values()) + len(saved.state) > MAX_BYTES:
                 del self._saved[next(iter(self._saved))]  # the oldest goes (dicts keep insertion order)

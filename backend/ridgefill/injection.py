@@ -1,9 +1,12 @@
-"""Running a RidgeFill plan, in named steps: bulk chunks (layers below S in llama.cpp, the graph cut
-there; late layers' K/V written from predicted (speed, quality, guided) or true (plumb) layer inputs),
-then rows made exact again (quality, guided), then the exact tail.
+"""Running a RidgeFill plan: `prefill`, read top to bottom, calls the method's steps in order: the bulk
+rows' layers below S in llama.cpp (`lower_layers`, the graph cut there), their late layers' inputs
+(`predict`: the maps', or plumb's true ones), those layers' K/V written (`write_late`, through the slot),
+the rows to make exact chosen (`choose_rows`: quality, guided) and decoded again (`redecode`), then
+the exact tail (`tail`). Each decode's eval hook is made in one place (`_Prefill.hook`).
 
-The deciding is in plan.py (a plan.RidgeFillPlan is what runs here). `run_plan` never raises for a graph that turns out not to be as discovered:
-it runs the exact prefill and says why in the report's `note`. Cancelled and EngineError propagate.
+The deciding is in plan.py (a frozen plan.RidgeFillPlan is what runs here). `run_plan` never raises for
+a graph that turns out not to be as discovered: it runs the exact prefill and says why in the report's
+`note`. Cancelled and EngineError propagate.
 """
 from __future__ import annotations
 
@@ -18,99 +21,13 @@ import torch
 from ..prefill import ExactPrefill, PrefillReport
 from ..errors import Cancelled
 from ..protocol import ProgressEvent
-from . import ggml_graph
+from .bulk_tap import BulkTap
 from .cache_layout import CellTap, LayoutRefused
-from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_F32, Node
 from .stream_capture import capture_streams
 from .lower_skip import SplitStreams
 from .runtime import RidgeFillRuntime, runtime
 
 log = logging.getLogger(__name__)
-
-
-class _BulkTap(CellTap):
-    """Eval hook for a bulk ubatch: reads each cache's cell indices and `l_out-(S-1)`, then stops the
-    graph (yes to every later ask, no to every later 'go on', so further splits stop too). A cache
-    first written by the split layer itself (Gemma 3's global cache at S = 5) has its cells read there:
-    the graph goes on through that layer's K/V writes (its projections, not its attention) and stops.
-
-    `windowed`: every attention below the split reads the sliding-window layers' mask, so a global layer
-    there (Gemma 3's layer 5 at S = 6) attends to the window alone: its K/V stay exact, its output for
-    bulk rows loses the far rows and costs what a sliding-window layer does
-    (docs/LONG_DOCUMENTS.md#gemma-3-at-split-5-and-windowed-bulk-attention)."""
-
-    def __init__(self, split: int, layout, windowed: bool = False):
-        self.cut_name = f"l_out-{split - 1}".encode()
-        super().__init__(layout)
-        self.groups = set(self.cache_index.values())
-        self.windowed = windowed
-
-    def reset(self) -> None:
-        super().reset()
-        self.h: np.ndarray | None = None
-        self.cut = False  # the split stream was read
-        self.stopped = False  # the graph stops at the node asked for last
-        self.window_mask: Node | None = None  # the first attention's mask (a sliding-window layer's)
-        self.masks_windowed: set[int] = set()
-
-    def _cells_complete(self) -> bool:
-        return self.groups <= self.idx.keys()
-
-    def wants(self, tensor: int) -> bool:
-        if self.stopped:
-            return True
-        if self.read_cells(tensor) or self.cut:
-            # past the cut, the cache write that completes the cells is the last node computed
-            self.stopped = self.cut and self._cells_complete()
-            return self.stopped
-        if self.windowed and self.error is None:
-            self._window_attention(tensor)
-        return ggml_graph.view(tensor).name == self.cut_name
-
-    def _window_attention(self, tensor: int) -> None:
-        """An attention node asked for before anything is computed (no node below the cut is wanted): its
-        mask, a graph input already set (F16 with flash attention), becomes a copy of the first
-        attention's (never raises into C)."""
-        src = _ATTENTION_MASK_SRC.get(ggml_graph.op_name(ggml_graph.view(tensor).op))
-        if src is None:
-            return
-        try:
-            mask = Node(tensor).src(src)
-            if mask is not None and mask.op == "CPY":  # flash attention reads an F16 cast of the input
-                mask = mask.src(0)
-            dtype = _MASK_DTYPES.get(mask.type) if mask is not None and mask.op == "NONE" else None
-            if dtype is None:
-                raise ValueError("the attention's mask is not an F32 or F16 graph input")
-            if self.window_mask is None:
-                self.window_mask = mask
-            elif mask.ptr != self.window_mask.ptr and mask.ptr not in self.masks_windowed:
-                first = self.window_mask
-                if (mask.ne, mask.nb, mask.type) != (first.ne, first.nb, first.type) or \
-                        mask.nb[1] != mask.ne[0] * np.dtype(dtype).itemsize:
-                    raise ValueError(f"masks differ ({mask.ne} vs {first.ne})")
-                shape = (mask.ne[1] * mask.ne[2] * mask.ne[3], mask.ne[0])
-                mask.array(dtype, shape)[:] = first.array(dtype, shape)
-                self.masks_windowed.add(mask.ptr)
-        except Exception as exc:
-            self.error = f"windowed bulk attention: {exc}"
-
-    def seen(self, tensor: int) -> bool:
-        if self.stopped:
-            return False
-        t = ggml_graph.view(tensor)
-        if t.name != self.cut_name:
-            return True
-        try:
-            self.h = ggml_graph.Node(tensor).rows_f32()
-        except Exception as exc:
-            self.error = f"stream: {exc}"
-        self.cut = True
-        self.stopped = self._cells_complete() or self.error is not None
-        return not self.stopped
-
-
-_ATTENTION_MASK_SRC = {"FLASH_ATTN_EXT": 3, "SOFT_MAX": 1}  # op -> which src is the KQ mask
-_MASK_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}
 
 
 class _Oracle:
@@ -167,7 +84,7 @@ def one_torch_thread():
     """Torch work between llama.cpp calls runs on one thread: with several, its OpenMP workers spin and
     fight llama.cpp's threads for the cores
     (docs/measurements/speed.md#injection-torch-threads-and-activation-quantization). The late writes,
-    gathered into few large blocks, take the engine's threads (_write_late)."""
+    gathered into few large blocks, take the engine's threads (predict, write_late)."""
     return torch_threads(1)
 
 
@@ -190,7 +107,7 @@ def bulk_rows(engine, n_tokens: int, tail: int, mode: str = "speed") -> int:
 def run_plan(engine, plan, tokens: list[int], *, reuse_prefix: bool, on_event, cancel) -> PrefillReport:
     with one_torch_thread():
         try:
-            return _run(engine, plan, tokens, reuse_prefix, on_event, cancel)
+            return prefill(engine, plan, tokens, reuse_prefix, on_event, cancel)
         except LayoutRefused as exc:
             # Something about this graph is not as discovered: never reuse these rows, and run exact.
             log.warning("RidgeFill refused mid-prefill: %s", exc)
@@ -199,43 +116,78 @@ def run_plan(engine, plan, tokens: list[int], *, reuse_prefix: bool, on_event, c
                 engine, tokens, reuse_prefix=False, on_event=on_event, cancel=cancel)
 
 
-def _run(engine, plan, tokens, reuse_prefix, on_event, cancel) -> PrefillReport:
-    rt = runtime(engine)
+def prefill(engine, plan, tokens: list[int], reuse_prefix: bool, on_event, cancel) -> PrefillReport:
+    """RidgeFill's prefill, the method's steps in order (RIDGEFILL.md, "The method"): the bulk rows through
+    the layers below the split, their late layers' inputs predicted and those layers' K/V written (a
+    block of rows at a time), the rows to make exact chosen and decoded again, then the exact tail."""
+    run = _Prefill(engine, plan, tokens, bulk_rows(engine, len(tokens), plan.tail, plan.mode),
+                   on_event=on_event, cancel=cancel, phases=_Phases("capture", "lower", "predict", "write"))
     report = PrefillReport(mode=plan.mode, split=plan.split, tail=plan.tail, note=plan.note,
                            warnings=list(plan.warnings))
-    phases = _Phases("capture", "lower", "predict", "write")
-    t0 = time.perf_counter()
-    bulk_end = bulk_rows(engine, len(tokens), plan.tail, plan.mode)
-    slot = engine.slot
+    report.cache_n = start = begin(run, reuse_prefix)  # rows reused; plumb: none, the true inputs captured
+    try:
+        for block in lower_layers(run, start):  # llama.cpp below the split, the graph cut there
+            inputs = predict(run, block)  # each late layer's input, from the stream entering the split
+            write_late(run, block, inputs)  # those layers' K/V, into the rows' cells
+    except BaseException:
+        run.drop_unwritten()
+        raise
+    report.bulk_n = max(0, run.pos - start)
+    runs = choose_rows(run)  # quality: by token class; guided: rows the question attends to
+    write_windows(run, runs)  # the late sliding-window K/V the chosen rows attend to
+    report.exact_n = redecode(run, runs)  # the chosen rows through every layer, in place of theirs
+    tail(run, max(start, run.bulk_end))  # the last rows exactly
+    report.prompt_ms = (time.perf_counter() - run.t0) * 1000
+    report.breakdown_ms = run.phases.rounded()
+    return report
+
+
+class _Prefill:
+    """One RidgeFill prefill as its steps pass it on: the engine, its slot and runtime, the plan, the
+    prompt and where its bulk ends, the phases' times, where the late layers' inputs come from (`source`),
+    the rows lowered so far (`pos`) and those whose late K/V are written (`written`). Each decode's eval
+    hook is made here (`hook`)."""
+
+    def __init__(self, engine, plan, tokens: list[int], bulk_end: int, *, on_event=None, cancel=None,
+                 t0: float | None = None, phases: _Phases | None = None, source=None):
+        self.engine, self.slot, self.rt, self.plan, self.tokens = engine, engine.slot, runtime(engine), plan, tokens
+        self.bulk_end, self.on_event, self.cancel = bulk_end, on_event, cancel
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.phases = phases or _Phases()
+        self.source = source
+        self.pos = self.written = 0
+
+    def hook(self, decode: str):
+        """The eval hook of a decode: `lower` (a bulk chunk: its cells and split stream, the graph cut
+        there), else one that records the rows' cells (the tail, the rows decoded again)."""
+        if decode == "lower":
+            return BulkTap(self.plan.split, self.rt.layout, windowed=self.plan.window_bulk)
+        return CellTap(self.rt.layout)
+
+    def drop_unwritten(self) -> None:
+        """Rows without their late K/V must not be reused: the cache keeps only those written."""
+        if self.plan.write_late:
+            self.slot.truncate(self.written)
+
+
+def begin(run: _Prefill, reuse_prefix: bool) -> int:
+    """Sequence 0 holds the rows this prefill starts after (a reused prefix written the same way, or none),
+    and `run.source` gives the late inputs: the maps' predictions, or plumb's true ones (captured)."""
+    engine, plan, slot = run.engine, run.plan, run.slot
     if plan.mode == "plumb":
         slot.truncate(0)
-        with phases("capture"):
-            source = _oracle(engine, tokens[:bulk_end], plan.split, cancel)
-        start = 0
-    else:
-        source = _Predictor(plan.maps)
-        start = slot.reusable_prefix(tokens, plan.tag) if reuse_prefix else 0
-        slot.truncate(start)
-    report.cache_n = start
-    report.bulk_n = bulk_pass(engine, plan, tokens, start, bulk_end, source, phases, on_event=on_event, cancel=cancel,
-                              t0=t0)
-    pos = max(start, bulk_end)
-    if plan.mode in ("quality", "guided"):
-        streams = SplitStreams(rt.layout, plan.split, slot.record)
-        report.exact_n = _make_rows_exact(engine, rt, plan, tokens, bulk_end, phases, cancel, streams)
-    with phases("tail"):
-        chunk_n = engine.ubatch_rows
-        # the tail's cells are recorded too (one ubatch a chunk): the answer's sources score every row's key
-        slot.prefill_chunks(tokens, pos, chunk_n=chunk_n, t0=t0, on_event=on_event, cancel=cancel, stage="tail",
-                            hook=CellTap(rt.layout))
-    report.prompt_ms = (time.perf_counter() - t0) * 1000
-    report.breakdown_ms = phases.rounded()
-    return report
+        with run.phases("capture"):
+            run.source = _oracle(engine, run.tokens[: run.bulk_end], plan.split, run.cancel)
+        return 0
+    run.source = _Predictor(plan.maps)
+    start = slot.reusable_prefix(run.tokens, plan.tag) if reuse_prefix else 0
+    slot.truncate(start)
+    return start
 
 
 def prefill_bulk(engine, plan, tokens: list[int]) -> None:
     """Sequence 0 becomes `tokens` through `plan`'s bulk pass alone (no row made exact, no tail): what a
-    run of a longer prompt starting with them writes there (backend/recall/prefix_snapshot.py saves it)."""
+    run of a longer prompt starting with them writes there (evals/prefix_snapshot.py saves it)."""
     engine.slot.truncate(0)
     with one_torch_thread():
         bulk_pass(engine, plan, tokens, 0, len(tokens), _Predictor(plan.maps))
@@ -266,36 +218,19 @@ class _LateRows:
 
 def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source,
               phases: _Phases | None = None, *, on_event=None, cancel=None, t0: float | None = None) -> int:
-    """Rows [start, bulk_end) chunk by chunk through the bulk path (sequence 0 must hold `start` rows),
-    late inputs from `source` (None with plan.write_late False); returns the rows done. Raises
-    Cancelled between chunks, with the cache holding only rows whose late layers are written. The
-    streams entering the split stay with the rows written (quality, guided, a follow-up and the idle
-    refinement skip the lower layers with them, and write the sliding windows they need)."""
-    rt = runtime(engine)
-    phases = phases or _Phases()
-    t0 = time.perf_counter() if t0 is None else t0
-    tap = _BulkTap(plan.split, rt.layout, windowed=plan.window_bulk)
-    chunk_n = engine.ubatch_rows
-    swa_from = rt.windows.first_window_row(bulk_end)
-    pending = _LateRows(start)
-    pos = start
+    """The bulk steps alone (prefill's first three): rows [start, bulk_end) chunk by chunk
+    (sequence 0 must hold `start` rows), late inputs from `source` (None with plan.write_late False);
+    returns the rows done. Raises Cancelled between chunks, with the cache holding only rows whose late
+    layers are written."""
+    run = _Prefill(engine, plan, tokens, bulk_end, on_event=on_event, cancel=cancel, t0=t0, phases=phases,
+                   source=source)
     try:
-        while pos < bulk_end:
-            if cancel is not None and cancel():
-                raise Cancelled(f"prefill cancelled after {pending.start} of {len(tokens)} tokens")
-            n = min(chunk_n, bulk_end - pos)
-            _lower_chunk(engine, rt, plan, tokens, pos, n, tap, phases, pending)
-            pos += n
-            if plan.write_late and (len(pending) >= LATE_BLOCK or pos == bulk_end):
-                _write_late(engine, rt, plan, pending, source, phases, swa_from)
-                pending = _LateRows(pos)
-            if on_event is not None:
-                on_event(ProgressEvent(pos, len(tokens), (time.perf_counter() - t0) * 1000, stage="bulk"))
+        for block in lower_layers(run, start):
+            write_late(run, block, predict(run, block))
     except BaseException:
-        if plan.write_late:
-            engine.slot.truncate(pending.start)  # rows without their late K/V must not be reused
+        run.drop_unwritten()
         raise
-    return max(0, pos - start)
+    return max(0, run.pos - start)
 
 
 def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
@@ -305,41 +240,124 @@ def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
     return _Oracle(capture_streams(engine, [bulk], late, cancel=cancel, dtype=np.float32) if late else {})
 
 
-def _lower_chunk(engine, rt: RidgeFillRuntime, plan, tokens, pos: int, n: int, tap: _BulkTap,
-                 phases: _Phases, pending: _LateRows) -> None:
-    """Rows [pos, pos + n) through the layers below the split in llama.cpp (the graph stops there);
-    their split stream and cache cells join `pending`."""
-    with phases("lower"):
-        tap.reset()
-        engine.slot.decode(tokens[pos : pos + n], pos, approx_tag=plan.tag or "plumb", hook=tap)
+def lower_layers(run: _Prefill, start: int):
+    """Rows [start, bulk_end) through the layers below the split in llama.cpp, chunk by chunk (the graph
+    stops there); yields them LATE_BLOCK rows at a time (their split streams and cells) when the plan
+    writes late K/V. Progress after each chunk; Cancelled between chunks. The streams entering the split
+    stay with the rows written (quality, guided, a follow-up and the idle refinement skip the lower
+    layers with them, and write the sliding windows they need)."""
+    engine, plan, tokens = run.engine, run.plan, run.tokens
+    tap, chunk_n = run.hook("lower"), engine.ubatch_rows
+    run.pos = run.written = start
+    pending = _LateRows(start)
+    while run.pos < run.bulk_end:
+        if run.cancel is not None and run.cancel():
+            raise Cancelled(f"prefill cancelled after {run.written} of {len(tokens)} tokens")
+        pos, n = run.pos, min(chunk_n, run.bulk_end - run.pos)
+        with run.phases("lower"):
+            tap.reset()
+            run.slot.decode(tokens[pos : pos + n], pos, approx_tag=plan.tag or "plumb", hook=tap)
+        _check_tap(run, tap, n)
+        run.pos += n
+        if plan.write_late:
+            pending.add(tap.h, dict(tap.idx))
+            if len(pending) >= LATE_BLOCK or run.pos == run.bulk_end:
+                yield pending
+                pending = _LateRows(run.pos)
+        if run.on_event is not None:
+            run.on_event(ProgressEvent(run.pos, len(tokens), (time.perf_counter() - run.t0) * 1000, stage="bulk"))
+
+
+def _check_tap(run: _Prefill, tap: BulkTap, n: int) -> None:
+    """LayoutRefused unless the bulk tap saw the chunk's split stream and (to write late K/V) every late
+    layer's cells, one cell per row in every cache."""
     if tap.error or tap.h is None or tap.h.shape[0] != n:
         raise LayoutRefused(f"bulk pass: {tap.error or 'the split stream was not seen'}")
-    if not plan.write_late:
+    if not run.plan.write_late:
         return
-    if rt.windows_kept and len({c.tobytes() for c in tap.idx.values()}) > 1:
+    if run.rt.windows_kept and len({c.tobytes() for c in tap.idx.values()}) > 1:
         raise LayoutRefused("the sliding-window and the global caches put a row in different cells")
-    for il in range(plan.split, engine.info.n_layer):
-        ll = rt.layout.layers[il]
+    for il in range(run.plan.split, run.engine.info.n_layer):
+        ll = run.rt.layout.layers[il]
         for name in (ll.k_index, ll.v_index):
             if len(tap.idx.get(name, ())) != n:
                 raise LayoutRefused(f"cell indices of layer {il}'s cache were not seen below the split")
-    pending.add(tap.h, dict(tap.idx))
 
 
-def _write_late(engine, rt: RidgeFillRuntime, plan, pending: _LateRows, source, phases: _Phases,
-                swa_from: int) -> None:
-    """Every late layer's K/V for the `pending` rows, written from the late inputs `source` gives for
-    them, on all the engine's threads; the rows keep their streams entering the split."""
-    h = torch.from_numpy(np.concatenate(pending.h))
-    n, pos = len(h), pending.start
-    cells = {name: np.concatenate(parts) for name, parts in pending.cells.items()}
-    with torch_threads(engine.config.n_threads):
-        with phases("predict"):
-            inputs = source.late_inputs(h, slice(pos, pos + n))
-            inputs[plan.split] = h
-        with phases("write"):
-            engine.slot.write_late(_late_writes(engine, rt, plan, inputs, pos, n, cells, swa_from),
-                                   split=plan.split, start=pos, streams=h.numpy())
+def predict(run: _Prefill, block: _LateRows) -> dict[int, torch.Tensor]:
+    """Each late layer's input for the block's rows, from `run.source` (the maps, or plumb's captured
+    streams); the split layer's is the stream itself. On all the engine's threads."""
+    h = torch.from_numpy(np.concatenate(block.h))
+    with torch_threads(run.engine.config.n_threads), run.phases("predict"):
+        inputs = run.source.late_inputs(h, slice(block.start, block.start + len(h)))
+        inputs[run.plan.split] = h
+    return inputs
+
+
+def write_late(run: _Prefill, block: _LateRows, inputs: dict[int, torch.Tensor]) -> None:
+    """Every late layer's K/V for the block's rows, from their `inputs`, written by the slot into their
+    cells on all the engine's threads; the rows keep their streams entering the split."""
+    h, pos, n = inputs[run.plan.split], block.start, len(block)
+    cells = {name: np.concatenate(parts) for name, parts in block.cells.items()}
+    swa_from = run.rt.windows.first_window_row(run.bulk_end)
+    with torch_threads(run.engine.config.n_threads), run.phases("write"):
+        run.slot.write_late(_late_writes(run.engine, run.rt, run.plan, inputs, pos, n, cells, swa_from),
+                            split=run.plan.split, start=pos, streams=h.numpy())
+    run.written = pos + n
+
+
+def choose_rows(run: _Prefill):
+    """quality: rows chosen by token class; guided: rows the question attends to at layers below the
+    split (the probe). Only rows not exact yet, merged into runs of at most a ubatch; None in the other
+    modes."""
+    from .quality_rows import select_runs
+    from .redecode import runs_of
+
+    engine, plan, bulk_end = run.engine, run.plan, run.bulk_end
+    if plan.mode == "quality":
+        with run.phases("select"):
+            chosen = select_runs(engine, run.tokens, 0, bulk_end, plan.share)
+    elif plan.mode == "guided":
+        from . import guided
+
+        chosen = guided.guided_runs(engine, run.rt, plan, run.tokens, bulk_end, run.phases, plan.guided)
+    else:
+        return None
+    todo = set(run.slot.record.approximated(0, bulk_end))
+    return runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
+
+
+def write_windows(run: _Prefill, runs) -> None:
+    """On a sliding-window model, the late sliding-window K/V of the rows in each chosen run's window."""
+    if run.rt.windows.has_windows and runs:
+        with run.phases("windows"):
+            _write_windows(run.engine, run.rt, run.plan, runs, run.bulk_end)
+
+
+def redecode(run: _Prefill, runs) -> int:
+    """The chosen runs decoded again through every layer (llama.cpp) in place of their approximated
+    rows, the layers below the split skipped with the kept streams; the rows made exact. Only rows not
+    exact yet are decoded again (a follow-up re-decodes what its question adds)."""
+    if runs is None:
+        return 0
+    from . import redecode as rd
+
+    streams = SplitStreams(run.rt.layout, run.plan.split, run.slot.record)
+    with run.phases("exact_rows"):
+        # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
+        # (docs/measurements/guided-design.md#runs-made-exact-in-order). One batch whose mask shows each run the new
+        # rows of the runs before it (run_mask) computes what a llama_decode per run would, with the
+        # tiled attention kernel (docs/measurements/guided-design.md#one-call-re-decode).
+        return rd.redecode_exact(run.engine, run.tokens, runs, cancel=run.cancel, cells=run.hook("redecode"),
+                                 chained=run.plan.mode == "guided", streams=streams)
+
+
+def tail(run: _Prefill, pos: int) -> None:
+    """Rows pos.. exactly, one ubatch a chunk, their cells recorded: the answer's sources score every
+    row's key."""
+    with run.phases("tail"):
+        run.slot.prefill(run.tokens, pos, chunk_n=run.engine.ubatch_rows, t0=run.t0, on_event=run.on_event,
+                         cancel=run.cancel, stage="tail", hook=run.hook("tail"))
 
 
 def _late_writes(engine, rt: RidgeFillRuntime, plan, inputs, pos: int, n: int, cells, swa_from: int):
@@ -356,37 +374,6 @@ def _late_writes(engine, rt: RidgeFillRuntime, plan, inputs, pos: int, n: int, c
             rows = slice(first, n)
         yield from rt.writer.writes(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
                                     cells[ll.v_index][rows])
-
-
-def _make_rows_exact(engine, rt: RidgeFillRuntime, plan, tokens, bulk_end: int,
-                     phases: _Phases, cancel, streams: SplitStreams | None) -> int:
-    """quality: rows chosen by token class; guided: rows the question attends to at layers below the
-    split. Only rows not exact yet are decoded again (a follow-up re-decodes what its question adds);
-    those whose split stream a bulk pass kept (this prefill's or, for a follow-up, an earlier one's) skip
-    the layers below the split (`streams`)."""
-    from .quality_rows import select_runs
-    from .redecode import redecode_exact, runs_of
-
-    if plan.mode == "quality":
-        with phases("select"):
-            chosen = select_runs(engine, tokens, 0, bulk_end, plan.share)
-    else:
-        from .guided import guided_runs
-
-        chosen = guided_runs(engine, rt, plan, tokens, bulk_end, phases, plan.guided)  # probe, score
-    todo = set(engine.slot.record.approximated(0, bulk_end))
-    runs = runs_of([p for r in chosen for p in range(r.start, r.end) if p in todo], engine.ubatch_rows)
-    if rt.windows.has_windows and runs:
-        with phases("windows"):
-            _write_windows(engine, rt, plan, runs, bulk_end)
-    with phases("exact_rows"):
-        # guided: each run sees the runs before it exact, else the answer takes a rival needle's value
-        # (docs/measurements/guided-design.md#runs-made-exact-in-order). One batch whose mask shows each run the new
-        # rows of the runs before it (run_mask) computes what a llama_decode per run would, with the
-        # tiled attention kernel (docs/measurements/guided-design.md#one-call-re-decode).
-        n = redecode_exact(engine, tokens, runs, cancel=cancel, cells=CellTap(rt.layout),
-                           chained=plan.mode == "guided", streams=streams)
-        return n
 
 
 def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> None:

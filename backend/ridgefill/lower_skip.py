@@ -38,15 +38,14 @@ class SplitStreams:
         """The streams of `positions` in that order, or None if any was not kept."""
         return self.record.split_streams(self.split, positions)
 
-    def copy_lower_kv(self, old_cells, new_cells) -> None:
+    def lower_kv(self, old_cells, new_cells):
         """The lower layers' K/V of each row, from its old cell into its new one (same position, same
-        history below the split: the same values)."""
+        history below the split: the same values), as the slot's writes (Slot.write_late)."""
         old, new = np.asarray(old_cells), np.asarray(new_cells)
         for il in range(self.split):
             ll = self.layout.layers[il]
             for cache in (ll.k_cache, ll.v_cache):
-                rows = cache.rows()
-                rows[new] = rows[old]
+                yield cache, new, cache.rows()[old]
 
 
 class LowerLayersSkipped:

@@ -2,32 +2,37 @@
 
 It answers what will run (exact, speed, quality, guided or plumb), with which split, tail and maps, and
 why a requested mode is not what runs. Everything else executes a plan: the Engine runs whatever
-strategy it is given (`ExactPrefill`, or a `RidgeFillPlan` whose `run` is injection.run_plan).
+strategy it is given (`ExactPrefill`, or a `RidgeFillPlan` whose `run` is injection.run_plan); a plan
+is frozen, and nothing changes it once decided.
 Deciding reads only the engine's `info`, `ubatch_rows` and RidgeFill runtime (runtime.runtime), so a
 fake engine with those three can be planned for (tests/test_ridgefill_plan.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
+from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
 from .defaults import (MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default,
                        window_bulk_or_default)
+from .cache_layout import CellTap
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .runtime import runtime
 
 
-@dataclass
+@dataclass(frozen=True)
 class RidgeFillPlan:
+    """A decided RidgeFill prefill; frozen: nothing changes it after plan_ridgefill."""
+
     mode: str  # speed | quality | guided | plumb: what will run
     split: int
     tail: int
     maps: object | None = None  # RidgeMaps (or any object with split/layers/predict); None for plumb
     tag: str | None = None  # how this plan's approximated rows are written (prefix reuse compares it)
     note: str = ""  # why the mode differs from the one asked for
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     share: float | None = None  # quality: share of bulk rows made exact
     guided: GuidedParams = GuidedParams()  # guided: how the question's attention picks rows
     write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
@@ -93,12 +98,27 @@ def plan_ridgefill(engine, n_tokens: int, mode: str, split: int, tail: int, *, m
                             f"{list(maps.layers)[:1]}.., not split {split}: ran exact.")
     tag = f"s{split}{'w' if window_bulk else ''}:{getattr(maps, 'folder', id(maps))}"
     return RidgeFillPlan(mode, split, tail, maps=maps, tag=tag, note=note,
-                         warnings=list(getattr(maps, "warnings", []) or []), share=share,
+                         warnings=tuple(getattr(maps, "warnings", []) or ()), share=share,
                          guided=guided or GuidedParams(), write_late=write_late, window_bulk=window_bulk)
 
 
+def cell_recorder(engine):
+    """What makes the eval hook that records each row's cell in an exact prefill (RidgeFill's passes
+    record their own), so the answer's sources can read the rows' keys; None where the layout is unknown."""
+    rt = runtime(engine)
+    return None if rt.refused is not None else partial(CellTap, rt.layout)
+
+
 def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:
-    """How to prefill `request` (a prompt of `n_tokens`): the Engine's planner."""
+    """How to prefill `request` (a prompt of `n_tokens`): the Engine's planner. A request with documents
+    has its exact rows' cells recorded (backend/sources.py reads the keys there)."""
+    plan = _plan_prefill(engine, request, n_tokens)
+    if request.documents and isinstance(plan, ExactPrefill):
+        plan = replace(plan, cells=cell_recorder(engine))
+    return plan
+
+
+def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:
     if request.mode == "off":
         return ExactPrefill()
     split = split_or_default(engine.info, request.split)

@@ -56,16 +56,22 @@ def batches(runs: list[Run], max_rows: int, max_runs: int) -> list[list[Run]]:
     return out
 
 
-def _lower_skip(engine, streams: SplitStreams | None, positions: list[int], inner):
-    """The rows' old cells and a hook that skips their layers below the split, where `streams` has every
-    row's split stream and the cache knows every row's old cell; (None, None) else."""
+def _batch_hook(engine, cells, group: list[Run], one_batch: bool, streams: SplitStreams | None,
+                positions: list[int]):
+    """The eval hook of one re-decode batch, made here and nowhere else: `cells` (a CellTap) records
+    where its rows land; with `one_batch`, a mask edit shows each run the new rows of the runs before it
+    (run_mask); where `streams` has every row's split stream and the cache knows every row's old cell,
+    the layers below the split are skipped (lower_skip). Returns (the hook, the mask or None, the skip or
+    None, the rows' old cells or None)."""
+    cells.reset()
+    mask = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else None
+    inner = cells if mask is None else mask
     stream = None if streams is None else streams.rows(positions)
-    if stream is None:
-        return None, None
-    old_cells = engine.slot.record.cells(positions)
-    if min(old_cells) < 0:
-        return None, None
-    return old_cells, LowerLayersSkipped(inner, streams.split, stream)
+    old_cells = None if stream is None else engine.slot.record.cells(positions)
+    if old_cells is None or min(old_cells) < 0:
+        return inner, mask, None, None
+    skip = LowerLayersSkipped(inner, streams.split, stream)
+    return skip, mask, skip, old_cells
 
 
 def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[[], bool] | None = None,
@@ -124,11 +130,9 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
                      streams: SplitStreams | None, abort: Callable[[], bool] | None = None) -> list[int]:
     """Decode the batch with `cells` recording where its rows land (with the earlier-runs mask when
     `one_batch`, and the layers below the split skipped where `streams` allows); the new cells."""
-    cells.reset()
-    mask = run_mask.EarlierRunsVisible(cells, [len(r) for r in group]) if one_batch else None
-    old_cells, skip = _lower_skip(engine, streams, pos, mask or cells)
+    hook, mask, skip, old_cells = _batch_hook(engine, cells, group, one_batch, streams, pos)
     try:
-        with engine.hooked(skip or mask or cells):
+        with engine.hooked(hook):
             engine.decode_rows(toks, pos, seqs, abort=abort)
     finally:
         if skip is not None:
@@ -139,7 +143,7 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
         raise LayoutRefused(f"exact rows: {skip.error or 'the split stream was not written'}")
     new_cells = cells.first_layer_cells()
     if skip is not None:
-        streams.copy_lower_kv(old_cells, new_cells)
+        engine.slot.write_late(streams.lower_kv(old_cells, new_cells))
     return new_cells
 
 

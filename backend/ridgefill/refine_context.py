@@ -3,7 +3,8 @@
 In sequence 0's cache a refinement chunk's attention spans every cached row, the approximated rows
 after it masked (llama.cpp sizes a batch's attention by the highest used cell, and its flash-attention
 kernel checks each masked cell for every row and head): each chunk paid for the whole document. Here a
-second context on the same loaded model (a cache of its own) holds only the clean prefix:
+second context on the same loaded model (a cache of its own, and a slot of its own with its own record:
+backend/slot.py) holds only the clean prefix:
 a chunk of bulk rows runs the layers from the split on from their kept streams (lower_skip), attends to
 the rows before it as exact's prefill does, and its K/V of those layers are then copied into sequence
 0's cells at the same positions (same tokens, same positions, same exact history: the values an exact
@@ -35,7 +36,7 @@ class RefineContext:
         except Exception:
             self.context.close()
             raise
-        self.tokens: list[int] = []  # what its sequence 0 holds, from position 0
+        self.slot = self.context.slot  # its sequence 0: what it holds, from position 0, in its own record
         # the lowest layer whose K/V are exact for every row it holds (a refined chunk skipped the ones
         # below its split): a chunk at a lower split would read those
         self.exact_from = 0
@@ -52,7 +53,7 @@ class RefineContext:
         any after them); False when it holds other rows and `start` is too long to decode again here
         (see SEED_MAX_ROWS). `abort`: as in `refine`."""
         prefix = self.main.slot.tokens[:start]
-        if len(self.tokens) >= start and self.tokens[:start] == prefix and self.exact_from <= split:
+        if self.slot.holds(prefix) and self.exact_from <= split:
             self._truncate(start)
             return True
         if start > SEED_MAX_ROWS:
@@ -62,8 +63,7 @@ class RefineContext:
         step = self.context.ubatch_rows
         for p in range(0, start, step):  # clean rows: an exact decode writes what the main cache holds
             q = min(start, p + step)
-            self.context.decode_rows(prefix[p:q], range(p, q), [0] * (q - p), abort=abort)
-            self.tokens += prefix[p:q]
+            self.slot.decode(prefix[p:q], p, abort=abort)
         return True
 
     def refine(self, start: int, end: int, split: int, stream: np.ndarray, main_layout: GraphLayout,
@@ -72,8 +72,8 @@ class RefineContext:
         holds, and copy their K/V of layers split.. into the main cache's cells of those rows (exact and
         clean there now); returns those cells. `abort`: asked inside the decode (Preempted, and nothing of the chunk stays on
         either side)."""
-        if len(self.tokens) != start or self.exact_from > split:
-            raise ValueError(f"the refinement context holds {len(self.tokens)} rows exact from layer "
+        if len(self.slot) != start or self.exact_from > split:
+            raise ValueError(f"the refinement context holds {len(self.slot)} rows exact from layer "
                              f"{self.exact_from}, not {start} from {split}")
         main_cells = np.asarray(self.main.slot.record.cells(list(range(start, end))))
         if len(main_cells) != end - start or main_cells.min() < 0:
@@ -82,11 +82,9 @@ class RefineContext:
         tap = CellTap(self.layout)
         skip = LowerLayersSkipped(tap, split, stream)
         try:
-            with self.context.hooked(skip):
-                self.context.decode_rows(tokens, range(start, end), [0] * (end - start), abort=abort)
+            self.slot.decode(tokens, start, hook=skip, abort=abort)
         finally:
             skip.restore()
-        self.tokens += tokens
         self.exact_from = max(self.exact_from, split)
         if skip.error or not skip.written or tap.error:
             self._truncate(start)
@@ -102,6 +100,5 @@ class RefineContext:
             yield dst.v_cache, src.v_cache.rows()[tap.idx[src.v_index]]
 
     def _truncate(self, n_keep: int) -> None:
-        if len(self.tokens) > n_keep:
-            self.context.seq_remove(0, n_keep, -1)
-            del self.tokens[n_keep:]
+        if len(self.slot) > n_keep:
+            self.slot.truncate(n_keep)

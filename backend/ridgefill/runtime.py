@@ -44,7 +44,7 @@ def _folder_stamp(dirs: list[Path], split: int) -> tuple:
 def _min_split(layout: GraphLayout) -> int:
     """The highest first layer of a cache group: a bulk pass cut below a group's first layer never sees
     that group's cell indices, and one cut at it reads them from the split layer's own K/V writes
-    (gemma3's global layers start at 5, so S can be 5: injection._BulkTap)."""
+    (gemma3's global layers start at 5, so S can be 5: bulk_tap.BulkTap)."""
     first: dict[str, int] = {}
     for il in sorted(layout.layers):
         first.setdefault(layout.layers[il].k_index, il)
