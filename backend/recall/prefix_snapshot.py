@@ -86,7 +86,8 @@ class PrefixSnapshots:
 
             prefill_bulk(self.engine, plan, shared)
         else:
-            slot.prefill(shared, reuse_prefix=False, hook=getattr(plan, "cells", None))
+            make_hook = getattr(plan, "cells", None)  # the exact plan's cell recorder (the sources read keys)
+            slot.prefill(shared, reuse_prefix=False, hook=make_hook() if make_hook is not None else None)
         return _Saved(*slot.snapshot())
 
 
