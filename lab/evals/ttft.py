@@ -6,7 +6,7 @@ first), each prompt is fresh (no prefix reuse), and the median of the repeats is
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from backend.completion import complete
@@ -42,7 +42,7 @@ def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int |
 
     variants = {name: parse_setting(name) for name in (settings or [mode])}
     if not settings:
-        variants[mode].split = split
+        variants[mode] = replace(variants[mode], split=split)
     exact_engine = exact_engine or engine
     for v in variants.values():  # one-time set-up (layout probe, weights, maps) stays out of the timings
         warm_up(engine, v.split if v.split is not None else split)
