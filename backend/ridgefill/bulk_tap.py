@@ -9,7 +9,8 @@ import numpy as np
 
 from . import ggml_graph
 from .cache_layout import CellTap
-from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_F32, Node
+from .ggml_graph import Node
+from .run_mask import ATTENTION_MASK_SRC, MASK_DTYPES
 
 
 class BulkTap(CellTap):
@@ -55,14 +56,14 @@ class BulkTap(CellTap):
         """An attention node asked for before anything is computed (no node below the cut is wanted): its
         mask, a graph input already set (F16 with flash attention), becomes a copy of the first
         attention's (never raises into C)."""
-        src = _ATTENTION_MASK_SRC.get(ggml_graph.op_name(ggml_graph.view(tensor).op))
+        src = ATTENTION_MASK_SRC.get(ggml_graph.op_name(ggml_graph.view(tensor).op))
         if src is None:
             return
         try:
             mask = Node(tensor).src(src)
             if mask is not None and mask.op == "CPY":  # flash attention reads an F16 cast of the input
                 mask = mask.src(0)
-            dtype = _MASK_DTYPES.get(mask.type) if mask is not None and mask.op == "NONE" else None
+            dtype = MASK_DTYPES.get(mask.type) if mask is not None and mask.op == "NONE" else None
             if dtype is None:
                 raise ValueError("the attention's mask is not an F32 or F16 graph input")
             if self.window_mask is None:
@@ -92,6 +93,3 @@ class BulkTap(CellTap):
         self.stopped = self._cells_complete() or self.error is not None
         return not self.stopped
 
-
-_ATTENTION_MASK_SRC = {"FLASH_ATTN_EXT": 3, "SOFT_MAX": 1}  # op -> which src is the KQ mask
-_MASK_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}

@@ -19,7 +19,8 @@ from . import ggml_graph
 from .cache_layout import CellTap
 from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_F32, Node
 
-_ATTENTION_OPS = {"FLASH_ATTN_EXT": 3, "SOFT_MAX": 1}  # op -> which src is the KQ mask
+ATTENTION_MASK_SRC = {"FLASH_ATTN_EXT": 3, "SOFT_MAX": 1}  # op -> which src is the KQ mask
+MASK_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}  # the mask input's types
 
 
 def supported(cells: CellTap) -> bool:
@@ -40,7 +41,7 @@ class EarlierRunsVisible:
     def wants(self, tensor: int) -> bool:
         if self.cells.read_cells(tensor):
             return False
-        src = _ATTENTION_OPS.get(ggml_graph.op_name(ggml_graph.view(tensor).op))
+        src = ATTENTION_MASK_SRC.get(ggml_graph.op_name(ggml_graph.view(tensor).op))
         if src is None or self.error:
             return False
         try:
@@ -67,7 +68,7 @@ class EarlierRunsVisible:
         n = sum(self.lengths)
         if cells is None or len(cells) != n:
             raise ValueError("the batch's cells were not seen before its first attention")
-        dtype = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}.get(mask.type)
+        dtype = MASK_DTYPES.get(mask.type)
         n_kv, n_rows = mask.ne[0], mask.ne[1]
         if dtype is None or mask.ne[2] * mask.ne[3] != 1 or mask.nb[1] != n_kv * np.dtype(dtype).itemsize:
             raise ValueError(f"unexpected mask (type {mask.type}, ne {mask.ne}, nb {mask.nb})")
