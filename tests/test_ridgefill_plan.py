@@ -221,7 +221,7 @@ def test_gemma3_gets_its_window_as_tail_and_runs_guided():
     assert default_mode(info) == plan.mode == default_mode(_info()) == "guided"
 
 
-def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split():
+def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split_or_the_first_above():
     from backend.ridgefill.guided import GuidedParams
 
     swa = set(range(18)) - {5, 11, 17}  # Gemma 3's global layers
@@ -229,3 +229,5 @@ def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split()
     assert GuidedParams(layers=(0.24, 0.6)).scoring_layers(18, 13, swa) == [5, 11]
     assert GuidedParams().scoring_layers(30, 12) == [7]  # no sliding window: as the share says
     assert GuidedParams().scoring_layers(18, 5, swa) == [5]  # the split layer: keys from the exact stream
+    assert GuidedParams().scoring_layers(18, 4, swa) == [5]  # none at or below 4: the first above, predicted
+    assert GuidedParams().scoring_layers(18, 3, swa) == [5]

@@ -18,17 +18,20 @@ class BulkTap(CellTap):
     graph (yes to every later ask, no to every later 'go on', so further splits stop too). A cache
     first written by the split layer itself (Gemma 3's global cache at S = 5) has its cells read there:
     the graph goes on through that layer's K/V writes (its projections, not its attention) and stops.
+    With `shared_cells` (every cache puts a row in the same cell: RidgeFillRuntime.windows_kept), a cache
+    whose first layer is above the cut takes the cells read below it (Gemma 3 at S < 5).
 
     `windowed`: every attention below the split reads the sliding-window layers' mask, so a global layer
     there (Gemma 3's layer 5 at S = 6) attends to the window alone: its K/V stay exact, its output for
     bulk rows loses the far rows and costs what a sliding-window layer does
     (docs/LONG_DOCUMENTS.md#gemma-3-at-split-5-and-windowed-bulk-attention)."""
 
-    def __init__(self, split: int, layout, windowed: bool = False):
+    def __init__(self, split: int, layout, windowed: bool = False, shared_cells: bool = False):
         self.cut_name = f"l_out-{split - 1}".encode()
         super().__init__(layout)
         self.groups = set(self.cache_index.values())
         self.windowed = windowed
+        self.shared_cells = shared_cells
 
     def reset(self) -> None:
         super().reset()
@@ -39,7 +42,16 @@ class BulkTap(CellTap):
         self.masks_windowed: set[int] = set()
 
     def _cells_complete(self) -> bool:
-        return self.groups <= self.idx.keys()
+        return bool(self.idx) if self.shared_cells else self.groups <= self.idx.keys()
+
+    def _share_cells(self) -> None:
+        """Every group not read takes the cells read (all of them the same, or an error)."""
+        read = list(self.idx.values())
+        if any(not np.array_equal(cells, read[0]) for cells in read[1:]):
+            self.error = "cell indices: the caches read put a row in different cells"
+            return
+        for group in self.groups - self.idx.keys():
+            self.idx[group] = read[0]
 
     def wants(self, tensor: int) -> bool:
         if self.stopped:
@@ -91,5 +103,7 @@ class BulkTap(CellTap):
             self.error = f"stream: {exc}"
         self.cut = True
         self.stopped = self._cells_complete() or self.error is not None
+        if self.stopped and self.shared_cells and self.idx:
+            self._share_cells()
         return not self.stopped
 

@@ -67,9 +67,11 @@ class GuidedParams:
     def scoring_layers(self, n_layer: int, split: int, windowed=frozenset()) -> list[int]:
         """The layers whose attention scores the bulk, below the split; on a sliding-window model the
         global layer nearest to each (a sliding-window layer sees only the last rows), the split layer
-        included: its keys come from the exact stream entering it (Gemma 3 at S = 5)."""
+        included: its keys come from the exact stream entering it (Gemma 3 at S = 5); with none there,
+        the first global layer above the split, whose keys the maps predict (Gemma 3 at S < 5)."""
         wanted = {min(split - 1, max(1, round(f * n_layer))) for f in self.layers}
-        glob = [il for il in range(1, split + 1) if il not in windowed]
+        glob = [il for il in range(1, split + 1) if il not in windowed] or \
+            [il for il in range(split + 1, n_layer) if il not in windowed][:1]
         if not windowed or not glob:
             return sorted(wanted)
         return sorted({min(glob, key=lambda g: (abs(g - il), g)) for il in wanted})

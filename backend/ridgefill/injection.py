@@ -161,7 +161,8 @@ class _Prefill:
         """The eval hook of a decode: `lower` (a bulk chunk: its cells and split stream, the graph cut
         there), else one that records the rows' cells (the tail, the rows decoded again)."""
         if decode == "lower":
-            return BulkTap(self.plan.split, self.rt.layout, windowed=self.plan.window_bulk)
+            return BulkTap(self.plan.split, self.rt.layout, windowed=self.plan.window_bulk,
+                           shared_cells=self.plan.split < self.rt.cells_read_from)
         return CellTap(self.rt.layout)
 
     def drop_unwritten(self) -> None:

@@ -58,7 +58,8 @@ class RidgeFillRuntime:
         self.refused: str | None = None
         self.writer: KVWriter | None = None
         self.windows = WindowPolicy(engine.info.n_layer)  # the layers that attend within a window: found once
-        self.min_split = 1  # the lowest split whose bulk pass sees every late layer's cell indices
+        self.min_split = 1  # the lowest split RidgeFill can run at
+        self.cells_read_from = 1  # the lowest split whose bulk pass reads every cache's cell indices itself
         # every row's sliding-window K/V stay, in the same cell in every cache (Engine.pin_seq)
         self.windows_kept = getattr(engine, "pin_seq", None) is not None
         self._maps: dict[int, tuple[tuple, object]] = {}  # split -> (folder stamp, RidgeMaps or the error)
@@ -68,7 +69,10 @@ class RidgeFillRuntime:
         try:
             self.layout = discover(engine)
             self.windows = _windows(engine.info, self.layout)
-            self.min_split = _min_split(self.layout)
+            self.cells_read_from = _min_split(self.layout)
+            # With every row in the same cell of every cache (windows_kept), a bulk pass cut below a
+            # cache's first layer takes that cache's cells from the first one's (bulk_tap.BulkTap).
+            self.min_split = 1 if self.windows_kept else self.cells_read_from
             # K/V weights of every layer that can be late, for any split (tens of MB for small models),
             # so a warm-up pays for the dequantization instead of the first request.
             self.writer = KVWriter(engine.info.path, self.layout, list(range(1, engine.info.n_layer)))
