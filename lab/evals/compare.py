@@ -28,12 +28,17 @@ def accuracy(records: list[dict]) -> dict:
         k = sum(bool(r["correct"]) for r in rs)
         return {"n": len(rs), "correct": k, "acc": k / len(rs) if rs else None}
 
-    out = {"overall": acc(records)}
+    return {"overall": acc(records), **_breakdowns(records, acc)}
+
+
+def _breakdowns(rows: list[dict], summary) -> dict:
+    """Per BREAKDOWNS field, `summary` of the rows of each of its values, in the values' order."""
+    out = {}
     for field in BREAKDOWNS:
         groups: dict = defaultdict(list)
-        for r in records:
+        for r in rows:
             groups[r[field]].append(r)
-        out[field] = {str(k): acc(v) for k, v in sorted(groups.items(), key=lambda kv: kv[0])}
+        out[field] = {str(k): summary(v) for k, v in sorted(groups.items(), key=lambda kv: kv[0])}
     return out
 
 
@@ -54,14 +59,8 @@ def compare(a: list[dict], b: list[dict], name_a: str = "A", name_b: str = "B") 
         t["acc_b"] = (t["both"] + t["b_only"]) / n if n else None
         return t
 
-    out = {"a": name_a, "b": name_b, "paired": len(ids), "only_a": len(ia) - len(ids), "only_b": len(ib) - len(ids),
-           "overall": part(rows)}
-    for field in BREAKDOWNS:
-        groups: dict = defaultdict(list)
-        for r in rows:
-            groups[r[field]].append(r)
-        out[field] = {str(k): part(v) for k, v in sorted(groups.items(), key=lambda kv: kv[0])}
-    return out
+    return {"a": name_a, "b": name_b, "paired": len(ids), "only_a": len(ia) - len(ids), "only_b": len(ib) - len(ids),
+            "overall": part(rows), **_breakdowns(rows, part)}
 
 
 def recall_records(records: list[dict]) -> list[dict]:
