@@ -48,3 +48,10 @@ def add_server(server: RemoteServer) -> list[RemoteServer]:
     servers = [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)] + [server]
     save_servers(servers)
     return servers
+
+
+def remove_server(server: RemoteServer) -> list[RemoteServer]:
+    """The saved servers without `server` (its URL and model), saved."""
+    servers = [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)]
+    save_servers(servers)
+    return servers

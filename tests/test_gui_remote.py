@@ -99,6 +99,13 @@ def test_a_chat_against_our_server_then_llama_cpp_then_an_unreachable_one(qtbot,
         assert w.chat.store.load(w.chat.conv.id).messages[-2].content == "Is the boat green?"  # saved
         assert w.chat.send_btn.isEnabled()  # a server's error does not block the next question
 
+        n_servers = picker.combo.count()
+        assert picker.remove_btn.isEnabled()
+        picker.remove_btn.click()  # the unreachable server is forgotten, on disk too
+        assert picker.combo.count() == n_servers - 1 and picker.combo.currentText() == THIS_MACHINE
+        assert all(not s.url.startswith(gone) for s in load_servers()) and len(load_servers()) == n_servers - 2
+        assert not picker.remove_btn.isEnabled()
+
         picker.combo.setCurrentIndex(0)  # back to this machine: the controls and the count come back
         assert w.chat.engine is service and w.controls.isEnabled()
     finally:

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import TaskClient
 from app.remote_engine import RemoteEngine, RemoteError, RemoteSource, ServerInfo
-from app.remote_servers import RemoteServer, add_server, load_servers
+from app.remote_servers import RemoteServer, add_server, load_servers, remove_server
 from ui.background import BackgroundJobs
 
 THIS_MACHINE = "This machine"
@@ -110,13 +110,17 @@ class AddServerDialog(QDialog):
 
 
 class EnginePicker(QWidget):
-    """The chat's engine: a combo (this machine, then the saved servers) and "Add a server…"."""
+    """The chat's engine: a combo (this machine, then the saved servers), "Add a server…", and "Remove"
+    for the server chosen (adding one with the same URL and model again replaces it: a new key)."""
 
     def __init__(self, chat, controls, parent=None):
         super().__init__(parent)
         self.chat, self.controls = chat, controls
         self.combo = QComboBox()
         self.add_btn = QPushButton("Add a server…")
+        self.remove_btn = QPushButton("Remove")
+        self.remove_btn.setToolTip("Forget the server chosen here (its URL, model and key)")
+        self.remove_btn.setEnabled(False)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setVisible(False)
@@ -124,6 +128,7 @@ class EnginePicker(QWidget):
         row.addWidget(QLabel("Engine"))
         row.addWidget(self.combo, 1)
         row.addWidget(self.add_btn)
+        row.addWidget(self.remove_btn)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(row)
@@ -133,7 +138,8 @@ class EnginePicker(QWidget):
         self._fill()
         self.combo.currentIndexChanged.connect(self.choose)
         self.add_btn.clicked.connect(self.add_server)
-        chat.busy_changed.connect(lambda busy: self.combo.setEnabled(not busy))  # an answer keeps its engine
+        self.remove_btn.clicked.connect(self.remove_chosen)
+        chat.busy_changed.connect(self._busy)  # an answer keeps its engine
 
     def _fill(self) -> None:
         self.combo.blockSignals(True)
@@ -155,9 +161,25 @@ class EnginePicker(QWidget):
         self._fill()
         self.combo.setCurrentIndex(self.servers.index(server) + 1)
 
+    @Slot()
+    def remove_chosen(self) -> None:
+        """Forget the server chosen; the chat goes back to this machine."""
+        index = self.combo.currentIndex()
+        if index <= 0:
+            return
+        self.servers = remove_server(self.servers[index - 1])
+        self._fill()
+        self.combo.setCurrentIndex(0)
+        self.choose(0)
+
+    def _busy(self, busy: bool) -> None:
+        self.combo.setEnabled(not busy)
+        self.remove_btn.setEnabled(not busy and self.combo.currentIndex() > 0)
+
     @Slot(int)
     def choose(self, index: int) -> None:
         self._drop_client()
+        self.remove_btn.setEnabled(index > 0)
         if index <= 0:
             self.use_engine(None, None)
             self.controls.setEnabled(True)
