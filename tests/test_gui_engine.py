@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
 from backend.corpus import corpus_texts  # noqa: E402
+from backend.model_file import embedded_model_path  # noqa: E402
 from app.conversations import Document  # noqa: E402
 from tests.gui_helpers import make_window, start_service, wait_idle, wait_ready  # noqa: E402
 
@@ -52,6 +54,8 @@ def test_killed_engine_is_reported_and_replaced_while_the_chat_stays(qtbot, home
 
         qtbot.waitUntil(lambda: service.info is not None and service.pid != old_pid, timeout=90_000)
         qtbot.waitUntil(lambda: "Engine ready" in w.engine_label.text(), timeout=5_000)
+        assert ("for trying the app" in w.engine_label.text()) == (
+            Path(model_path).resolve() == embedded_model_path().resolve())
         w.chat.max_tokens = 8
         w.chat.input.setPlainText("Say hello again.")
         assert w.chat.send()
