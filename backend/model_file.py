@@ -47,6 +47,14 @@ def embedded_model_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
 
 
+def is_embedded_model(path) -> bool:
+    """Whether `path` is the embedded model's file (False where its package is missing)."""
+    try:
+        return Path(path).resolve() == embedded_model_path().resolve()
+    except (ModelFileError, OSError):  # no embedded package: no file is it
+        return False
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     path: str

@@ -63,3 +63,16 @@ def compare_line(primary: dict, exact: dict, agree: bool) -> str:
 def eta_line(done: int, total: int, rate: float, label: str = "prefill") -> str:
     eta = (total - done) / rate if rate > 0 else 0.0
     return f"{label}: {done:,} / {total:,} tokens · {rate:,.0f} tok/s · ETA {eta:,.0f} s"
+
+
+# The embedded SmolLM2 (8K context) answers almost none of a long document's questions
+# (docs/LONG_DOCUMENTS.md#the-default-model-on-the-long-set): the window says what it is for.
+EMBEDDED_NOTE = " · the embedded model, for trying the app: Models & maps has models that read long documents better"
+
+
+def engine_ready_line(info, embedded: bool) -> str:
+    """The status line of a loaded engine (app.engine_protocol.EngineReady); `embedded`: its model is the
+    embedded one."""
+    return (f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, context "
+            f"{info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}"
+            + (EMBEDDED_NOTE if embedded else ""))

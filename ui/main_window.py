@@ -36,12 +36,13 @@ from app.engine_protocol import (
 from app.settings import RunOverrides, Settings
 from backend.errors import ModelFileError
 from backend.eta import Eta
-from backend.model_file import embedded_model_path, read_model_header
+from backend.model_file import is_embedded_model, read_model_header
 from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
 from ui.engine_picker import EnginePicker
+from ui.format import engine_ready_line
 from ui.generation_settings import GenerationSettings
 from ui.models_panel import ModelsPanel
 from ui.recall_panel import RecallPanel
@@ -49,18 +50,6 @@ from ui.serve_switch import ServeSwitch
 from ui.settings_dialog import SettingsDialog
 from ui.ttft_chart import TtftChart
 
-
-# The embedded SmolLM2 (8K context) answers almost none of a long document's questions
-# (docs/LONG_DOCUMENTS.md#the-default-model-on-the-long-set): the window says what it is for.
-EMBEDDED_NOTE = (" · the embedded model, for trying the app: Models & maps has models that read long "
-                 "documents better")
-
-
-def _is_embedded(model_path: str) -> bool:
-    try:
-        return Path(model_path).resolve() == embedded_model_path().resolve()
-    except Exception:  # noqa: BLE001 - the embedded package missing: not the embedded model
-        return False
 
 
 class MainWindow(QMainWindow):
@@ -271,10 +260,7 @@ class MainWindow(QMainWindow):
             # not the model the header said (a file replaced meanwhile): the engine's word wins
             self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail,
                               default_mode(info), info.sampling)
-        self.engine_label.setText(
-            f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, "
-            f"context {info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}"
-            + (EMBEDDED_NOTE if _is_embedded(info.model_path) else ""))
+        self.engine_label.setText(engine_ready_line(info, is_embedded_model(info.model_path)))
         self.controls.set_tuned(getattr(info, "tuned", ""))
         self.check_maps(self.controls.split())
 
