@@ -67,7 +67,8 @@ def eta_line(done: int, total: int, rate: float, label: str = "prefill") -> str:
 
 # The embedded SmolLM2 (8K context) answers almost none of a long document's questions
 # (docs/LONG_DOCUMENTS.md#the-default-model-on-the-long-set): the window says what it is for.
-EMBEDDED_NOTE = " · the embedded model, for trying the app: Models & maps has models that read long documents better"
+EMBEDDED_NOTE = (" · the embedded model, for trying the app: Models & maps has models that read long "
+                 "documents better")
 
 
 def engine_ready_line(info, embedded: bool) -> str:

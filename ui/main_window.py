@@ -51,7 +51,6 @@ from ui.settings_dialog import SettingsDialog
 from ui.ttft_chart import TtftChart
 
 
-
 class MainWindow(QMainWindow):
     def __init__(self, settings: Settings, service: EngineClient, store: ConversationStore | None = None,
                  *, owns_service: bool = True, overrides: RunOverrides | None = None):
