@@ -45,13 +45,18 @@ def save_servers(servers: list[RemoteServer]) -> None:
 
 def add_server(server: RemoteServer) -> list[RemoteServer]:
     """Saved with the others; the same URL and model replaces the old entry (a new key)."""
-    servers = [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)] + [server]
+    servers = _others(server) + [server]
     save_servers(servers)
     return servers
 
 
 def remove_server(server: RemoteServer) -> list[RemoteServer]:
     """The saved servers without `server` (its URL and model), saved."""
-    servers = [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)]
+    servers = _others(server)
     save_servers(servers)
     return servers
+
+
+def _others(server: RemoteServer) -> list[RemoteServer]:
+    """The saved servers but the one at `server`'s URL with its model."""
+    return [s for s in load_servers() if (s.url, s.model) != (server.url, server.model)]

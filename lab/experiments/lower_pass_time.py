@@ -28,7 +28,9 @@ except ImportError:  # an older commit
 SPLIT, N = 18, 4096
 
 
-def _timed(engine, tokens: list[int], make_tap) -> float:
+def timed(engine, tokens: list[int], make_tap) -> float:
+    """Seconds to decode `tokens` onto an empty sequence 0, a ubatch at a time, each with a fresh tap
+    from `make_tap` (None: an exact decode)."""
     engine.slot.truncate(0)
     t0 = time.perf_counter()
     for p in range(0, len(tokens), engine.ubatch_rows):
@@ -46,8 +48,8 @@ def main(label: str) -> None:
     tokens = engine.tokenize(corpus_haystack().text)[:N]
     times = []
     for _ in range(3):
-        times.append(_timed(engine, tokens, lambda: BulkTap(SPLIT, rt.layout)))
-        times.append(_timed(engine, tokens, lambda: None))
+        times.append(timed(engine, tokens, lambda: BulkTap(SPLIT, rt.layout)))
+        times.append(timed(engine, tokens, lambda: None))
     print(label, "lower / exact:", " ".join(f"{t:.2f}" for t in times))
 
 

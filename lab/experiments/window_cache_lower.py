@@ -15,13 +15,13 @@ Recorded in docs/LONG_DOCUMENTS.md#the-lower-layers-in-a-window-sized-cache.
 from __future__ import annotations
 
 import sys
-import time
 
 from backend.engine import Engine, EngineConfig
 from backend.recall.haystacks import corpus_haystack
 from backend.ridgefill.bulk_tap import BulkTap
 from backend.ridgefill.cache_layout import CellTap, discover
 from backend.ridgefill.runtime import warm_up
+from lab.experiments.lower_pass_time import timed
 
 
 class _PlacingTap(CellTap):
@@ -39,19 +39,6 @@ class _PlacingTap(CellTap):
         return False
 
 
-def _timed(engine, tokens: list[int], make_tap) -> float:
-    """Seconds to decode `tokens` onto an empty sequence 0, a ubatch at a time, each with a fresh tap."""
-    engine.slot.truncate(0)
-    step, t0 = engine.ubatch_rows, time.perf_counter()
-    for p in range(0, len(tokens), step):
-        tap = make_tap()
-        tap.reset()
-        engine.slot.decode(tokens[p : p + step], p, approx_tag="timing", hook=tap)
-    seconds = time.perf_counter() - t0
-    engine.slot.truncate(0)
-    return seconds
-
-
 def main(argv: list[str]) -> None:
     path, n = argv[0], int(argv[1])
     split = int(argv[2]) if len(argv) > 2 else 5
@@ -62,9 +49,9 @@ def main(argv: list[str]) -> None:
         sibling = engine.sibling(n + 1024, swa_full=False)
         layout = discover(sibling)
         print(f"{n:,} tokens, split {split}, 2 threads")
-        print(f"main          {_timed(engine, tokens, lambda: BulkTap(split, rt.layout)):6.1f} s")
-        print(f"window-sized  {_timed(sibling, tokens, lambda: BulkTap(split, layout)):6.1f} s")
-        print(f"placing       {_timed(engine, tokens, lambda: _PlacingTap(rt.layout)):6.1f} s")
+        print(f"main          {timed(engine, tokens, lambda: BulkTap(split, rt.layout)):6.1f} s")
+        print(f"window-sized  {timed(sibling, tokens, lambda: BulkTap(split, layout)):6.1f} s")
+        print(f"placing       {timed(engine, tokens, lambda: _PlacingTap(rt.layout)):6.1f} s")
 
 
 if __name__ == "__main__":
