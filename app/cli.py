@@ -50,7 +50,7 @@ def add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> 
         return argparse.SUPPRESS if after_command else value
 
     parser.add_argument("--model", default=d(None),
-                        help="a local GGUF file (default: the embedded SmolLM2-135M-Instruct)")
+                        help="a local GGUF file (default: the embedded Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
     parser.add_argument("--ctx", type=int, default=d(AUTO_CTX),
                         help="context size in tokens, capped at the model's (default 0: follows the document, up to "

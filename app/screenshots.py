@@ -63,23 +63,18 @@ def _grab(app, window, path) -> None:
 
 
 def _document(doc_path: str | None, doc_chars: int):
-    """The file the chat scenes attach: the first `doc_chars` of `doc_path`, else of the shipped corpus
-    with the demo fact in it."""
+    """The file the chat scenes attach: the first `doc_chars` of `doc_path`, else the demo's document whole."""
     import tempfile
     from pathlib import Path
 
-    from backend.corpus import corpus_texts
-    from backend.demo import DEMO_FACT
+    from backend.demo import DEMO_SOURCE, demo_text
 
     if doc_path:
         doc = Path(tempfile.mkdtemp()) / Path(doc_path).name
         doc.write_text(Path(doc_path).read_text(encoding="utf-8")[:doc_chars], encoding="utf-8")
         return doc
-    text = "\n\n".join(corpus_texts())[:doc_chars]
-    paras = text.split("\n\n")
-    paras.insert(len(paras) // 4, DEMO_FACT)
-    doc = Path(tempfile.mkdtemp()) / "harbour-archive.txt"
-    doc.write_text("\n\n".join(paras), encoding="utf-8")
+    doc = Path(tempfile.mkdtemp()) / f"{DEMO_SOURCE}.txt"
+    doc.write_text(demo_text(), encoding="utf-8")
     return doc
 
 
@@ -177,12 +172,12 @@ def screenshot(path: str, scene: str, doc_chars: int = 9000, lengths: str = "160
                depths: str = "0.1, 0.5, 0.9", doc_paths: list[str] | None = None,
                questions: list[str] | None = None, model: str | None = None, split: int | None = None,
                max_tokens: int | None = None) -> int:
-    from backend.demo import DEMO_QUESTION
+    from backend.demo import FOLLOW_UP, demo_question
 
     doc_paths = doc_paths or []
     doc_path = doc_paths[0] if doc_paths else None  # the chat and reopen scenes ask about one
     app = _app()
-    questions = questions or [DEMO_QUESTION, "Who kept the lighthouse clock? Answer in one sentence."]
+    questions = questions or [demo_question().question, FOLLOW_UP]
     if scene == "reopen":
         _reopen(app, path, _document(doc_path, doc_chars), questions)
         return 0

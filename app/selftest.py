@@ -188,7 +188,7 @@ def check_modes(engine) -> list[Check]:
 
 def run_selftest(args) -> int:
     from backend.engine import Engine, EngineConfig
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
 
     started = time.perf_counter()
     frozen = bool(getattr(sys, "frozen", False))

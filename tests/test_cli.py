@@ -103,4 +103,7 @@ def test_headless_run_falls_back_to_the_demo():
                        env={**env_free, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "headless demo" in r.stdout
-    assert "Exact model answers (correct)" in r.stdout and "Time to first token: RidgeFill" in r.stdout
+    # a 600-token window of the real document around its answer, on the small model: each reply is scored
+    assert "valgrind-faq.txt" in r.stdout and "the answer is" in r.stdout
+    assert "RidgeFill (guided) answers (" in r.stdout and "Exact model answers (" in r.stdout
+    assert "Time to first token: RidgeFill" in r.stdout

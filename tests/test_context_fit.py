@@ -49,7 +49,7 @@ def test_an_automatic_context_follows_the_document():
     from backend.completion import complete
     from backend.context_size import CTX_STEP
     from backend.engine import Engine, EngineConfig
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
     from backend.protocol import AUTO_CTX, CompletionRequest
     from backend.ridgefill.runtime import runtime
 
@@ -71,7 +71,7 @@ def test_the_evaluations_own_prefills_grow_an_automatic_context_too(tmp_path):
     from lab.evals import selection
     from backend.recall.haystacks import filler_haystack
     from backend.recall.needles import build_item
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
     from backend.protocol import AUTO_CTX
 
     with Engine(EngineConfig(str(embedded_model_path()), n_ctx=AUTO_CTX, n_threads=2)) as e:
@@ -94,7 +94,7 @@ def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(mo
     from backend.context_size import CTX_STEP
     from backend.engine import Engine, EngineConfig
     from backend.errors import DocumentTooLongError
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
     from backend.protocol import AUTO_CTX, CompletionRequest
 
     real = llama_cpp.llama_init_from_model

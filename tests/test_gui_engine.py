@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from backend.corpus import corpus_texts  # noqa: E402
-from backend.model_file import embedded_model_path  # noqa: E402
+from backend.embedded_models import embedded_model_path  # noqa: E402
 from app.conversations import Document  # noqa: E402
 from tests.gui_helpers import make_window, start_service, wait_idle, wait_ready  # noqa: E402
 
@@ -171,3 +171,22 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
     assert w.show_model(str(gemma.path))
     assert c.mode() == "guided" and c.tail() == defaults.default_tail(gemma)
     assert w.show_model(model_path) and c.mode() == "guided"
+
+
+def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, model_path):
+    """With no settings file yet the window opens on Models & maps (the embedded models are for trying
+    the app); once settings were saved it opens on the chat."""
+    from app.conversations import ConversationStore
+    from app.engine_client import EngineClient
+    from app.engine_protocol import EngineSettings
+    from app.settings import Settings
+    from ui.main_window import MainWindow
+
+    service = EngineClient(EngineSettings(model_path=model_path))  # never started
+    for first in (True, False):
+        settings = Settings.load()
+        assert settings.first_start is first
+        w = MainWindow(settings, service, ConversationStore(), owns_service=False)
+        qtbot.addWidget(w)
+        assert (w.tabs.currentWidget() is w.models) is first
+        settings.save()

@@ -169,3 +169,30 @@ def test_a_new_cache_location_or_hub_restarts_the_engine_and_an_emptied_one_give
     assert s.engine_settings().cache_root is None and hub.cache_root == user_paths.cache_dir()
     assert hub.token == "from-the-shell"
     assert "RIDGEFILL_CACHE_DIR" not in os.environ and os.environ["HF_TOKEN"] == "from-the-shell"  # untouched
+
+
+def test_the_recommended_model_is_offered_and_downloads_in_one_click(qtbot, panel, tiny, monkeypatch):
+    """The embedded models are for trying the app: the panel offers the catalogue's model for documents
+    that fits this machine (here the budget is cut to the tiny file's size, so it is the one that fits)."""
+    from backend.hub import recommend
+    from backend.hub.catalogue import user_models_file
+
+    monkeypatch.setattr(recommend, "MB_PER_CORE", 2 * len(tiny) / 1e6)
+    monkeypatch.setattr("ui.models_panel.recommended_model",
+                        lambda entries, rows, ram_bytes: recommend.recommended_model(entries, rows, 1, ram_bytes))
+    panel.refresh()
+    qtbot.waitUntil(lambda: not panel.refreshing(), timeout=20_000)
+    assert panel.recommend_btn.isHidden()  # the tiny model is not an instruct model with a long context
+    user_models_file().write_text(json.dumps({"models": [{
+        "id": "tiny-it-q8_0", "name": "Tiny Instruct", "architecture": "llama", "repo_id": REPO,
+        "filename": FILE, "quantization": "Q8_0", "size_bytes": len(tiny), "size_exact": True,
+        "context_length": 32768, "sha256": hashlib.sha256(tiny).hexdigest()}]}), encoding="utf-8")
+    panel.refresh()
+    qtbot.waitUntil(lambda: not panel.refreshing(), timeout=20_000)
+    assert not panel.recommend_btn.isHidden() and panel.recommend_btn.text() == "Download Tiny Instruct"
+    assert "for trying the app" in panel.recommend_line.text()
+    panel.recommend_btn.click()
+    qtbot.waitUntil(lambda: panel.state.text().startswith(("Ready", "Failed")), timeout=30_000)
+    assert panel.state.text().startswith("Ready"), panel.state.text()
+    assert panel.table.item(row_of(panel, "Tiny Instruct"), 5).text() == "installed"
+    assert panel.recommend_btn.isHidden()  # installed: nothing left to offer

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from app.cli import run_cli
+from backend.embedded_models import embedded_model_path
 from backend.ridgefill.defaults import MEASURED_SPLITS
-from backend.model_file import embedded_model_path
 from tests.hub_server import FakeHub
 from tests.test_hub_downloads import write_tiny_gguf
 from tests.test_hub_maps import make_map_folder
@@ -80,7 +80,8 @@ def test_publish_then_list_and_download_maps(tmp_path, capsys, hub):
     assert "split 28: verified" in capsys.readouterr().out
     # Neither published nor shipped at split 20: the message leads to local fitting.
     assert run_cli(["download-maps", EMBEDDED, "--split", "20", "--endpoint", hub.url, "--maps-owner", "me"]) == 2
-    assert "python -m app fit-maps --split 20" in capsys.readouterr().err
+    err = capsys.readouterr().err  # SmolLM2 is not the model `python -m app` opens unasked: the hint names it
+    assert f"python -m app --model {embedded_model_path()} fit-maps --split 20" in err
 
 
 def test_shipped_maps_count_as_installed_offline(capsys):

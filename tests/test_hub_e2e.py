@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.model_file import embedded_model_path
+from backend.embedded_models import embedded_model_path
 from tests.hub_server import FakeHub
 from tests.test_hub_maps import OWNER, make_map_folder
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from backend.embedded_models import embedded_model_path
 from backend.hub.catalogue import ModelEntry, load_catalogue
 from backend.hub.errors import HubError, MapsNotPublished, NotCachedOffline, VerificationFailed
 from backend.hub.jobs import DownloadJob, State
 from backend.hub.maps_hub import download_maps, local_map_sets, maps_repo_id, publish_maps, published_splits
 from backend.hub.settings import HubSettings
-from backend.model_file import embedded_model_path, read_model_info
+from backend.model_file import read_model_info
 from backend.ridgefill.fingerprint import model_fingerprint
 from backend.ridgefill.map_format import write_map_folder
 from backend.ridgefill.maps import find_maps
@@ -44,7 +45,7 @@ def make_map_folder(folder: Path, split: int, seed: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def smol_entry() -> ModelEntry:
-    return next(e for e in load_catalogue() if e.embedded)
+    return next(e for e in load_catalogue() if e.id == "smollm2-135m-instruct-q4_1")
 
 
 @pytest.fixture(scope="module")

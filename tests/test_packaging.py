@@ -139,7 +139,7 @@ def test_bundle_is_trimmed_and_passes_selftest(built):
     tmp, dist = built
     app = dist / "ridgefill"
     internal = app / "_internal"
-    assert (internal / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
+    assert (internal / "models" / "gemma-3-270m-Q4_K_M.gguf").is_file()
     assert (internal / "backend" / "data" / "corpus").is_dir()
     assert (internal / "llama_cpp" / "lib" / "libllama.so").is_file()
     assert (internal / "llama_cpp" / "lib" / "libggml-base.so").is_file()
@@ -173,7 +173,7 @@ def test_tarball_unpacks_to_the_same_folder(built):
     with tarfile.open(tarball) as tf:
         names = tf.getnames()
     assert "ridgefill/ridgefill" in names
-    assert "ridgefill/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf" in names
+    assert "ridgefill/_internal/models/gemma-3-270m-Q4_K_M.gguf" in names
 
 
 @pytest.mark.slow

@@ -233,7 +233,7 @@ def test_the_idle_work_keeps_the_live_document_when_its_save_fails(tmp_path, mon
 
     from backend.engine import Engine, EngineConfig
     from backend.idle_work import IdleWork
-    from backend.model_file import embedded_model_path
+    from backend.embedded_models import embedded_model_path
     from backend.prompt_reuse import KEYS_FILE
 
     def fails(path, data, cancel):

@@ -65,10 +65,10 @@ def eta_line(done: int, total: int, rate: float, label: str = "prefill") -> str:
     return f"{label}: {done:,} / {total:,} tokens · {rate:,.0f} tok/s · ETA {eta:,.0f} s"
 
 
-# The embedded SmolLM2 (8K context) answers almost none of a long document's questions
-# (docs/LONG_DOCUMENTS.md#the-default-model-on-the-long-set): the window says what it is for.
-EMBEDDED_NOTE = (" · the embedded model, for trying the app: Models & maps has models that read long "
-                 "documents better")
+# The embedded models answer one long-document question in six (Gemma 3 270M) or none (SmolLM2)
+# (docs/LONG_DOCUMENTS.md#the-default-model-on-the-long-set): the window says what they are for.
+EMBEDDED_NOTE = (" · an embedded model, for trying the app: Models & maps recommends one that reads "
+                 "documents better on this machine")
 
 
 def engine_ready_line(info, embedded: bool) -> str:

@@ -34,9 +34,10 @@ from app.engine_protocol import (
     TuneRequest,
 )
 from app.settings import RunOverrides, Settings
+from backend.embedded_models import embedded_model_path, is_embedded_model
 from backend.errors import ModelFileError
 from backend.eta import Eta
-from backend.model_file import is_embedded_model, read_model_header
+from backend.model_file import read_model_header
 from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
@@ -146,6 +147,8 @@ class MainWindow(QMainWindow):
         """The saved toggles, the latest conversation, and the engine's state if it already runs."""
         self.controls.toggle.setChecked(self.settings.ridgefill_on)
         self.controls.compare.setChecked(self.settings.compare_exact)
+        if self.settings.first_start:  # the embedded models are for trying the app: show what it recommends
+            self.tabs.setCurrentWidget(self.models)
         convs = self.store.load_all()
         if convs:
             self.chat.load_conversation(convs[0])
@@ -222,8 +225,6 @@ class MainWindow(QMainWindow):
         """Set the controls from the model file's header (milliseconds, backend/model_file.py): its layers,
         and the user's saved split and tail where they fit it, else the model's defaults
         (backend/ridgefill/defaults.py, the one home of defaults; the engine reports the same)."""
-        from backend.model_file import embedded_model_path
-
         try:
             info = read_model_header(model_path or embedded_model_path())
         except ModelFileError as exc:

@@ -32,6 +32,8 @@ from backend.hub import catalogue as cat
 from backend.hub import maps_hub
 from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
+from backend.hub.machine_fit import memory
+from backend.hub.recommend import recommended_model
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
 from ui.background import BackgroundJobs
@@ -63,9 +65,10 @@ def _state(entry: cat.ModelEntry, row: dict) -> str:
 def installed_models(entries: list[cat.ModelEntry], rows: list[dict],
                      current_path: str | None) -> list[tuple[cat.ModelEntry | None, str]]:
     """(entry, file) of every installed model, the current one first; a current model that is not in
-    the catalogue comes as (None, file). Reads nothing: `rows` are backend.hub.status.model_rows."""
+    the catalogue comes as (None, file). `rows` are backend.hub.status.model_rows; a file not on disk (the
+    embedded Gemma before it is first opened and assembled) is left out."""
     current = Path(current_path).resolve() if current_path else None
-    found = [(e, r["path"]) for e, r in zip(entries, rows) if r["path"]]
+    found = [(e, r["path"]) for e, r in zip(entries, rows) if r["path"] and Path(r["path"]).is_file()]
     first = [m for m in found if current is not None and Path(m[1]).resolve() == current]
     if current is not None and not first:
         first = [(None, str(current_path))]
@@ -118,7 +121,11 @@ class ModelsPanel(QWidget):
         self._job: TaskHandle | None = None  # the download (one at a time)
         self._refresh_task: TaskHandle | None = None
         self._maps_task: TaskHandle | None = None
+        self.recommended: cat.ModelEntry | None = None  # the model offered for documents (backend.hub.recommend)
 
+        self.recommend_line = QLabel()
+        self.recommend_line.setWordWrap(True)
+        self.recommend_btn = QPushButton()
         self.table = QTableWidget(0, 7)
         self.table.setHorizontalHeaderLabels(["Model", "Architecture", "Quant", "Size", "Context", "State", "Fits this machine"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
@@ -140,11 +147,15 @@ class ModelsPanel(QWidget):
         self.maps.setWordWrap(True)
         self.maps.setTextInteractionFlags(Qt.TextSelectableByMouse)
 
+        offer = QHBoxLayout()
+        offer.addWidget(self.recommend_line, 1)
+        offer.addWidget(self.recommend_btn)
         row = QHBoxLayout()
         for b in (self.download_btn, self.use_btn, self.cancel_btn, self.open_btn):
             row.addWidget(b)
         row.addStretch(1)
         lay = QVBoxLayout(self)
+        lay.addLayout(offer)
         lay.addWidget(self.table, 1)
         lay.addLayout(row)
         lay.addWidget(self.progress)
@@ -152,6 +163,7 @@ class ModelsPanel(QWidget):
         lay.addWidget(self.maps_title)
         lay.addWidget(self.maps)
 
+        self.recommend_btn.clicked.connect(self.download_recommended)
         self.download_btn.clicked.connect(self.download_selected)
         self.use_btn.clicked.connect(self.use_selected)
         self.cancel_btn.clicked.connect(self.cancel)
@@ -210,7 +222,22 @@ class ModelsPanel(QWidget):
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self._show_recommendation(recommended_model(entries, rows, ram_bytes=memory()[0]))
         self._on_select()
+
+    def _show_recommendation(self, entry: cat.ModelEntry | None) -> None:
+        """Offer the model for documents while it is not installed; the embedded ones are for trying the app."""
+        self.recommended = entry
+        row = self.rows[self.entries.index(entry)] if entry is not None else None
+        offered = row is not None and not row["path"]
+        if offered:
+            self.recommend_line.setText(
+                f"<b>For your documents on this machine: {entry.name}</b> ({_size(entry.size_bytes)}, "
+                f"{_context(entry.context_length)} context, answers questions). The embedded models are for "
+                "trying the app.")
+            self.recommend_btn.setText(f"Download {entry.name}")
+        self.recommend_line.setVisible(offered)
+        self.recommend_btn.setVisible(offered)
 
     def _list_maps(self) -> None:
         """Every installed model's map sets, checked in the background (hashing folders takes a while)."""
@@ -251,6 +278,7 @@ class ModelsPanel(QWidget):
         busy = self._job is not None and self._job.running()
         installed = self._installed_path() is not None
         self.download_btn.setEnabled(e is not None and not installed and e.on_hub and not busy)
+        self.recommend_btn.setEnabled(not busy)
         self.use_btn.setEnabled(installed)
 
     # ---- actions ---------------------------------------------------------------------------------
@@ -259,6 +287,13 @@ class ModelsPanel(QWidget):
         e = self.selected()
         if e is not None:
             self._start(f"model {e.name}", lambda dl, hs: download_model(e, hs, dl))
+
+    @Slot()
+    def download_recommended(self) -> None:
+        """The recommended model, selected in the table (so its progress shows there) and downloaded."""
+        if self.recommended is not None:
+            self.table.selectRow(self.entries.index(self.recommended))
+            self.download_selected()
 
     def _start(self, label: str, run) -> None:
         if self._job is not None and self._job.running():

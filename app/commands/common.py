@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from backend.embedded_models import embedded_model_path
 from backend.engine import Engine, EngineConfig
-from backend.model_file import embedded_model_path
 from backend.protocol import ProgressEvent, Timings
 
 

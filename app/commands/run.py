@@ -7,7 +7,7 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="open the GUI where there is a display, else run the headless demo")
-    p.add_argument("--tokens", type=int, default=4000, help="demo document length when headless")
+    p.add_argument("--tokens", type=int, default=None, help="when headless: cut the demo document to about this many tokens")
     p.set_defaults(func=run)
 
 

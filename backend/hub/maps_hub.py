@@ -22,6 +22,8 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
+from backend.embedded_models import DEFAULT_FILE
+
 from . import store
 from .catalogue import ModelEntry
 from .downloads import _hf_download, claim_staging, run_job, verify_file
@@ -44,7 +46,8 @@ def split_folder(split: int) -> str:
 
 def fit_hint(entry: ModelEntry, split: int | None, model_path: Path | None = None) -> str:
     s = f" --split {split}" if split is not None else ""
-    model = "" if entry.embedded else f" --model {model_path or '<the ' + entry.id + ' file>'}"
+    default = entry.embedded and entry.filename == DEFAULT_FILE  # the model `python -m app` opens unasked
+    model = "" if default else f" --model {model_path or '<the ' + entry.id + ' file>'}"
     return f"Fit a map set locally instead: python -m app{model} fit-maps{s}"
 
 

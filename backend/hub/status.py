@@ -14,7 +14,7 @@ def model_rows(entries: list[ModelEntry], settings: HubSettings) -> list[dict]:
     for e in entries:
         path = store.model_path(e, settings)
         rec = store.read_record(settings.models_dir / e.id) if path and e.on_hub else None
-        size = path.stat().st_size if path else e.size_bytes
+        size = path.stat().st_size if path and path.is_file() else e.size_bytes  # the embedded Gemma: not yet assembled
         fit = check_fit(size, settings.models_dir, settings.disk_free) if size else None
         rows.append({
             "id": e.id, "name": e.name, "architecture": e.architecture or (rec or {}).get("architecture") or "?",

@@ -12,7 +12,8 @@ import shutil
 import time
 from pathlib import Path
 
-from backend.model_file import embedded_model_path
+from backend.embedded_models import embedded_file
+from backend.errors import ModelFileError
 
 from .catalogue import ModelEntry
 from .settings import HubSettings
@@ -21,10 +22,13 @@ RECORD = "installed.json"
 
 
 def model_path(entry: ModelEntry, settings: HubSettings) -> Path | None:
-    """The verified file of an entry, or None when it is not installed."""
-    if entry.embedded:
-        p = embedded_model_path()
-        return p if p.is_file() else None
+    """The verified file of an entry, or None when it is not installed. An embedded entry is installed with
+    the app; Gemma's file is assembled from its package when first opened (model_file.check_gguf)."""
+    if entry.embedded:  # ships with the app (Gemma's file is assembled when first opened)
+        try:
+            return embedded_file(entry.filename)
+        except ModelFileError:  # its package is not installed
+            return None
     if entry.local_path:
         p = Path(entry.local_path)
         return p if p.is_file() else None

@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, ".")
 
 from backend.engine import Engine, EngineConfig  # noqa: E402
-from backend.model_file import embedded_model_path  # noqa: E402
+from backend.embedded_models import smollm2_path  # noqa: E402
 from backend.recall.haystacks import corpus_haystack  # noqa: E402
 from backend.ridgefill.runtime import warm_up  # noqa: E402
 
@@ -43,7 +43,7 @@ def timed(engine, tokens: list[int], make_tap) -> float:
 
 
 def main(label: str) -> None:
-    engine = Engine(EngineConfig(str(embedded_model_path()), n_ctx=8192, n_threads=2))
+    engine = Engine(EngineConfig(str(smollm2_path()), n_ctx=8192, n_threads=2))
     rt = warm_up(engine, SPLIT)
     tokens = engine.tokenize(corpus_haystack().text)[:N]
     times = []
