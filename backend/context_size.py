@@ -1,32 +1,34 @@
 """How large a context is: an automatic one starts at CTX_STEP tokens and grows with the document, up to
-the model's trained context and a K/V cache of KV_RAM_SHARE of the RAM; room is kept for the answer."""
+the model's trained context and a K/V cache of KV_RAM_SHARE of the RAM and KV_AVAILABLE_SHARE of what is
+available when the engine starts (another window's or the server's engine holds its own); room is kept for the answer."""
 from __future__ import annotations
 
-import os
-
 from .errors import DocumentTooLongError
+from .machine_memory import memory
 from .model_file import ModelInfo, kv_bytes_per_token
 from .protocol import DEFAULT_N_CTX
 
 CTX_STEP = 4096  # an automatic context grows in steps of this many tokens
 KV_RAM_SHARE = 0.25  # an automatic context's K/V cache takes at most this share of the machine's RAM
+KV_AVAILABLE_SHARE = 0.5  # ... and of the memory available at the engine's start, which other engines' caches have taken
 
 
-def physical_ram() -> int | None:
-    """This machine's RAM in bytes, where the OS says (Linux, macOS); None elsewhere."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
+def kv_budget() -> int | None:
+    """The bytes an automatic context's K/V cache may take now; None where the OS does not say."""
+    total, available = memory()
+    budgets = [int(total * KV_RAM_SHARE)] if total else []
+    if available is not None:
+        budgets.append(int(available * KV_AVAILABLE_SHARE))
+    return min(budgets) if budgets else None
 
 
 def context_cap(info: ModelInfo) -> int:
     """The most tokens an automatic context grows to: the model's trained context, and no more than a
-    K/V cache of KV_RAM_SHARE of the RAM holds, but never less than DEFAULT_N_CTX (or the trained context)."""
+    K/V cache of kv_budget() holds, but never less than DEFAULT_N_CTX (or the trained context)."""
     cap = info.n_ctx_train or DEFAULT_N_CTX
-    ram = physical_ram()
-    if ram:
-        cap = min(cap, max(min(cap, DEFAULT_N_CTX), int(ram * KV_RAM_SHARE) // kv_bytes_per_token(info)))
+    budget = kv_budget()
+    if budget:
+        cap = min(cap, max(min(cap, DEFAULT_N_CTX), budget // kv_bytes_per_token(info)))
     return cap
 
 

@@ -114,3 +114,21 @@ def test_a_context_that_cannot_grow_refuses_the_prompt_and_the_engine_goes_on(mo
         assert e.n_ctx == CTX_STEP
         res = complete(e, CompletionRequest(prompt="The sky is", max_tokens=2))
         assert res.tokens and res.finish_reason in ("stop", "length")
+
+
+def test_an_automatic_context_counts_the_memory_other_engines_hold(monkeypatch):
+    """A second window's or the server's engine has taken memory: the K/V budget is half of what is left,
+    not a quarter of the RAM as if it were alone (issue 55, item 2)."""
+    from backend import context_size
+    from backend.model_file import ModelInfo
+
+    info = ModelInfo(path="m.gguf", architecture="gemma3", name="m", n_layer=18, n_embd=640, n_head=4,
+                     n_head_kv=1, n_ctx_train=32768, file_type=None, size_bytes=1, chat_template=None, head_dim=256)
+    per_token = context_size.kv_bytes_per_token(info)  # 18 KB: 32K tokens take 604 MB
+    gb = 10**9
+    monkeypatch.setattr(context_size, "memory", lambda: (24 * gb, 20 * gb))
+    assert context_size.context_cap(info) == 32768  # alone on a 24 GB machine: the trained context
+    monkeypatch.setattr(context_size, "memory", lambda: (24 * gb, int(0.4 * gb)))  # the others hold the rest
+    assert context_size.context_cap(info) == int(0.2 * gb) // per_token < 32768
+    monkeypatch.setattr(context_size, "memory", lambda: (None, None))  # the OS does not say: the model's own
+    assert context_size.context_cap(info) == 32768

@@ -73,3 +73,22 @@ def test_two_processes_writing_the_same_and_their_own_chats_both_keep_theirs(tmp
         assert {f"{name}'s own chat {i}" for i in range(20)} <= said
     assert {c.id for c in convs} >= {f"{n}{i}" for n in "AB" for i in range(20)} | {"shared"}
     assert any(c.title == "Shared (copy)" for c in convs)
+
+
+def test_serve_uses_the_windows_cache_settings(tmp_path):
+    """`serve` builds its engine on the cache the window chose (its location, whether prompts are saved,
+    their limit), not on the defaults, so both share one cache and one limit (issue 55, item 2)."""
+    from app.cli import build_parser
+    from app.commands.serve import engine_settings
+
+    args = build_parser().parse_args(["--model", "m.gguf", "serve"])
+    assert engine_settings(args).cache_root is None and engine_settings(args).prompt_cache
+    saved = Settings.load()
+    saved.cache_location, saved.prompt_cache_gb = str(tmp_path / "elsewhere"), 3
+    saved.save()
+    built = engine_settings(args)
+    assert built.model_path == "m.gguf" and built.cache_root == str(tmp_path / "elsewhere")
+    assert built.prompt_cache and built.cache_limit_bytes == 3 * 10**9
+    saved.prompt_cache_gb = 0  # the window's "no prompt cache"
+    saved.save()
+    assert not engine_settings(args).prompt_cache

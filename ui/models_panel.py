@@ -32,7 +32,7 @@ from backend.hub import catalogue as cat
 from backend.hub import maps_hub
 from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
-from backend.hub.machine_fit import memory
+from backend.machine_memory import memory
 from backend.hub.recommend import recommended_model
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows

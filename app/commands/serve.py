@@ -44,7 +44,14 @@ def register(sub) -> None:
 
 
 def engine_settings(args) -> EngineSettings:
-    return EngineSettings(model_path=model_path(args), n_ctx=args.ctx, n_threads=args.threads)
+    """The model, context and threads from the command line; the user cache and the prompt cache from the
+    saved settings, as the window's engine has them, so that a window and `serve` share one cache."""
+    from app.settings import Settings
+
+    saved = Settings.load()
+    return EngineSettings(model_path=model_path(args), n_ctx=args.ctx, n_threads=args.threads,
+                          cache_root=saved.cache_location or None, prompt_cache=saved.prompt_cache_gb > 0,
+                          cache_limit_bytes=saved.prompt_cache_bytes())
 
 
 def run(args) -> int:

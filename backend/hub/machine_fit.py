@@ -5,14 +5,12 @@ buffers, which for the small models of the catalogue at an 8K context stay well 
 """
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..disk import DISK_MARGIN, free_bytes
+from ..machine_memory import memory
 from .errors import NotEnoughDisk
 
 RAM_OVERHEAD = 512 * 1024 * 1024
@@ -66,34 +64,3 @@ def check_fit(size_bytes: int, target_dir: Path, disk_free: Callable[[Path], int
         ram_needed=int(size_bytes) + RAM_OVERHEAD,
         where=str(target_dir),
     )
-
-
-def memory() -> tuple[int | None, int | None]:
-    """(total, available) physical memory in bytes; None where the platform does not say."""
-    if sys.platform == "win32":
-        class MEMORYSTATUSEX(ctypes.Structure):
-            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-
-        st = MEMORYSTATUSEX()
-        st.dwLength = ctypes.sizeof(st)
-        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(st)):  # type: ignore[attr-defined]
-            return int(st.ullTotalPhys), int(st.ullAvailPhys)
-        return None, None
-    total = available = None
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        pass
-    try:  # Linux: MemAvailable counts reclaimable cache, which is what a new process can get
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    return total, available
