@@ -18,6 +18,9 @@ class RemoteServer:
     model: str
     api_key: str = ""
     ours: bool = False  # this app's `serve`: RidgeFill controls and sources
+    n_layer: int = 0  # this app's server: its model's layers and default split and tail (0: not known)
+    default_split: int = 0
+    default_tail: int = 0
 
     @property
     def label(self) -> str:
@@ -35,8 +38,21 @@ def load_servers() -> list[RemoteServer]:
     for entry in data.get("servers") or []:
         if isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str):
             out.append(RemoteServer(entry["url"], entry["model"], str(entry.get("api_key") or ""),
-                                    bool(entry.get("ours"))))
+                                    bool(entry.get("ours")), *(_count(entry.get(k)) for k in _LAYOUT)))
     return out
+
+
+_LAYOUT = ("n_layer", "default_split", "default_tail")
+
+
+def _count(value) -> int:
+    """A count from the file: a non-negative int below a million, else 0 (not known)."""
+    return value if type(value) is int and 0 <= value < 1_000_000 else 0
+
+
+def layout_from_meta(meta: dict) -> dict:
+    """The layers and defaults this app's server reports in /v1/models (app/server/schema.model_card)."""
+    return {k: _count(meta.get(k)) for k in _LAYOUT}
 
 
 def save_servers(servers: list[RemoteServer]) -> None:

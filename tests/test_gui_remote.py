@@ -17,6 +17,7 @@ from app.remote_servers import RemoteServer, load_servers, servers_path  # noqa:
 from tests.gui_helpers import attach, make_window, start_service, wait_idle, wait_ready  # noqa: E402
 from tests.remote_servers import KEY, free_port, start_llama, start_ours  # noqa: E402
 from tests.test_remote_engine import PAGE1, PAGE2  # noqa: E402
+from ui.controls import SETTLE_MS  # noqa: E402
 from ui.engine_picker import OTHER_NOTE, OURS_NOTE, THIS_MACHINE, AddServerDialog, EnginePicker  # noqa: E402
 
 DOC = PAGE1 + PAGE2  # long enough for RidgeFill to run on the server
@@ -66,9 +67,17 @@ def test_a_chat_against_our_server_then_llama_cpp_then_an_unreachable_one(qtbot,
         doc.write_text(DOC)
         assert attach(qtbot, w, str(doc))
 
+        w.controls.slider.setValue(3)  # this machine's split, to come back to
         dlg = add_through_dialog(qtbot, picker, ours.url, KEY)
         assert dlg.status.text() == OURS_NOTE and dlg.models.currentText() == dlg.server().model
         assert picker.combo.currentText() == f"{dlg.server().model} at {ours.url}" and w.controls.isEnabled()
+        remote = dlg.server()  # the slider follows the server's model: its layers and default split
+        assert remote.n_layer == 30 and remote.default_split == 18 and remote.default_tail > 0
+        assert (w.controls.slider.maximum(), w.controls.split(), w.controls.tail()) == (29, 18, remote.default_tail)
+        assert w.controls.get_btn.isHidden() and w.controls.maps_label.isHidden()  # they act on this machine
+        with qtbot.assertNotEmitted(w.controls.split_settled, wait=SETTLE_MS + 300):
+            w.controls.slider.setValue(20)  # the server's maps are not this machine's to check
+        w.controls.slider.setValue(18)
         assert ours.url in w.chat.count_label.text()
         w.controls.mode_box.setCurrentIndex(w.controls.mode_box.findData("speed"))
         w.controls.toggle.setChecked(True)
@@ -108,5 +117,6 @@ def test_a_chat_against_our_server_then_llama_cpp_then_an_unreachable_one(qtbot,
 
         picker.combo.setCurrentIndex(0)  # back to this machine: the controls and the count come back
         assert w.chat.engine is service and w.controls.isEnabled()
+        assert w.controls.split() == 3 and not w.controls.get_btn.isHidden()  # as it was before the server
     finally:
         service.shutdown()

@@ -54,6 +54,7 @@ class RidgeFillControls(QGroupBox):
         super().__init__("RidgeFill", parent)
         self.n_layer = 0  # no model yet: set_model gives the layers and the defaults
         self.model_defaults: tuple[int, int] | None = None  # the shown model's default (split, tail)
+        self._local: tuple | None = None  # while a server's model is shown: this machine's, to show again
         self._build_widgets()
         self._lay_out()
         self._connect()
@@ -127,7 +128,7 @@ class RidgeFillControls(QGroupBox):
         self._settle = QTimer(self)
         self._settle.setSingleShot(True)
         self._settle.setInterval(SETTLE_MS)
-        self._settle.timeout.connect(lambda: self.split_settled.emit(self.split()))
+        self._settle.timeout.connect(self._settled)
         self.toggle.toggled.connect(self._on_change)
         self.mode_box.currentIndexChanged.connect(self._on_change)
         self.slider.valueChanged.connect(self._on_split)
@@ -155,6 +156,30 @@ class RidgeFillControls(QGroupBox):
         self.tail_spin.blockSignals(False)
         self._update_label()
         self._on_change()
+
+    def show_remote(self, n_layer: int, split: int, tail: int) -> None:
+        """The controls follow a model on this app's server elsewhere (its layers, default split and tail);
+        the maps line, Get maps and Tune, which act on this machine, hide until show_local."""
+        if self._local is None:
+            self._local = (self.n_layer, self.split(), self.tail(), self.tail_spin.minimum(), self.mode_box.currentData())
+        self._show_local_parts(False)
+        self.set_model(n_layer, split, tail, MIN_TAIL, None)
+
+    def show_local(self) -> None:
+        """This machine's model again, as it was before a server's was shown."""
+        if self._local is not None:
+            local, self._local = self._local, None
+            self.set_model(*local)
+        self._show_local_parts(True)
+
+    def _show_local_parts(self, shown: bool) -> None:
+        for w in (self.maps_label, self.maps_reasons, self.get_btn, self.tune_btn):
+            w.setVisible(shown)
+        self.tuned_label.setVisible(shown and bool(self.tuned_label.text()))
+
+    def _settled(self) -> None:
+        if self._local is None:  # a server's split: its maps are the server's, not this machine's to check
+            self.split_settled.emit(self.split())
 
     # -- what the next request gets --
     def mode(self) -> str:

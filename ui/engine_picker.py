@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import TaskClient
 from app.remote_engine import RemoteEngine, RemoteError, RemoteSource, ServerInfo
-from app.remote_servers import RemoteServer, add_server, load_servers, remove_server
+from app.remote_servers import RemoteServer, add_server, layout_from_meta, load_servers, remove_server
 from ui.background import BackgroundJobs
 
 THIS_MACHINE = "This machine"
@@ -102,7 +102,8 @@ class AddServerDialog(QDialog):
 
     def server(self) -> RemoteServer:
         assert self.info is not None
-        return RemoteServer(self.info.url, self.models.currentText(), self.key.text(), self.info.ours)
+        return RemoteServer(self.info.url, self.models.currentText(), self.key.text(), self.info.ours,
+                            **layout_from_meta(self.info.meta))
 
     def done(self, r: int) -> None:
         self.jobs.shutdown(1.0)
@@ -183,6 +184,7 @@ class EnginePicker(QWidget):
         if index <= 0:
             self.use_engine(None, None)
             self.controls.setEnabled(True)
+            self.controls.show_local()
             self.note.setVisible(False)
             return
         s = self.servers[index - 1]
@@ -190,6 +192,8 @@ class EnginePicker(QWidget):
         self.client = TaskClient(RemoteSource(engine), self)
         self.use_engine(self.client, engine)
         self.controls.setEnabled(s.ours)
+        if s.ours and s.n_layer >= 2:  # the slider spans the server's model, from its defaults
+            self.controls.show_remote(s.n_layer, s.default_split, s.default_tail)
         self.note.setText(OURS_NOTE if s.ours else OTHER_NOTE)
         self.note.setVisible(True)
 
