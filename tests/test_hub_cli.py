@@ -39,6 +39,7 @@ def test_models_lists_catalogue_with_states(capsys):
     assert run_cli(["models", "--offline"]) == 0
     out = capsys.readouterr().out
     assert "not cached (offline)" in out and "installed (embedded)" in out
+    assert "For documents on this machine: " in out and "python -m app download " in out  # any machine here fits one
 
 
 def test_add_local_gguf_then_download_is_immediate(tmp_path, capsys):

@@ -5,7 +5,9 @@ import json
 
 from app.commands.download import add_hub_options, catalogue, hub_settings
 from backend.hub.catalogue import add_hub, add_local, user_models_file
+from backend.hub.recommend import recommended_model
 from backend.hub.status import model_rows
+from backend.machine_memory import memory
 
 
 def register(sub) -> None:
@@ -33,7 +35,8 @@ def run(args) -> int:
         print(f"added {entry.id}  ({entry.local_path or f'{entry.repo_id}/{entry.filename}'})")
         return 0
 
-    rows = model_rows(catalogue(), settings)
+    entries = catalogue()
+    rows = model_rows(entries, settings)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -49,6 +52,10 @@ def run(args) -> int:
     if settings.offline:
         print("\noffline: only installed models can be used; the others need the network.")
     print("\nDownload one: python -m app download MODEL    Maps: python -m app maps MODEL")
+    offer = recommended_model(entries, rows, ram_bytes=memory()[0])
+    if offer is not None:  # the embedded models are for trying the app
+        print(f"For documents on this machine: {offer.id} ({offer.name}, {offer.context_length // 1024}K context): "
+              f"python -m app download {offer.id}")
     return 0
 
 
