@@ -54,7 +54,8 @@ def add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> 
     parser.add_argument("--threads", type=int, default=d(None), help="CPU threads (default: all cores)")
     parser.add_argument("--ctx", type=int, default=d(AUTO_CTX),
                         help="context size in tokens, capped at the model's (default 0: follows the document, up to "
-                             "the model's trained context and a K/V cache of a quarter of the RAM and half the memory available)")
+                             "the model's trained context and a K/V cache of a quarter of the RAM and half the "
+                             "memory available)")
     parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
 
 
