@@ -8,6 +8,7 @@ functions that run in a job are the plain ones at the top: they never touch a wi
 """
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal, Slot
@@ -32,10 +33,10 @@ from backend.hub import catalogue as cat
 from backend.hub import maps_hub
 from backend.hub.downloads import download_model
 from backend.hub.jobs import DownloadEvent, DownloadJob
-from backend.machine_memory import memory
 from backend.hub.recommend import recommended_model
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
+from backend.machine_memory import memory
 from ui.background import BackgroundJobs
 
 def _size(b: int | None) -> str:
@@ -232,7 +233,7 @@ class ModelsPanel(QWidget):
         offered = row is not None and not row["path"]
         if offered:
             self.recommend_line.setText(
-                f"<b>For your documents on this machine: {entry.name}</b> ({_size(entry.size_bytes)}, "
+                f"<b>For your documents on this machine: {html.escape(entry.name)}</b> ({_size(entry.size_bytes)}, "
                 f"{_context(entry.context_length)} context, answers questions). The embedded models are for "
                 "trying the app.")
             self.recommend_btn.setText(f"Download {entry.name}")
