@@ -87,6 +87,12 @@ def test_a_chat_against_our_server_then_llama_cpp_then_an_unreachable_one(qtbot,
         assert answer.sources and {s["document"] for s in answer.sources} == {"survey.txt"}
         meta = w.chat._answer_widget.meta.text()
         assert meta.startswith(f"answered by {answer.timings['engine']}") and "speed S=" in meta
+        w.controls.compare.setChecked(True)  # the compare with exact, over the wire: both runs on the server
+        answer = ask(qtbot, w, "What is the cat's name?")
+        assert answer.complete and answer.exact and answer.exact["content"]
+        assert answer.exact["timings"]["engine"].endswith(ours.url) and answer.exact["timings"]["server"]["mode"] == "off"
+        assert "exact" in w.chat._answer_widget.exact.text().lower()
+        w.controls.compare.setChecked(False)
 
         dlg = add_through_dialog(qtbot, picker, llama.url)
         assert dlg.status.text() == OTHER_NOTE
