@@ -41,6 +41,9 @@ def embedded_file(filename: str) -> Path:
     if filename == SMOLLM2_FILE:
         return smollm2_path()
     if filename == DEFAULT_FILE:
+        override = os.environ.get("RIDGEFILL_EMBEDDED_MODEL")
+        if override and Path(override).name == DEFAULT_FILE:  # the bundle's own copy (packaging/rthooks)
+            return Path(override)
         _gemma_package()  # raises when the package is missing
         return _assembled_gemma()
     raise ModelFileError(f"{filename} is not a model this app ships.")

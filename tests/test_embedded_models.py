@@ -102,3 +102,15 @@ def test_the_shipped_maps_fit_the_assembled_file(real_default):
     split = default_split(read_model_info(path))
     maps = find_maps(path, split, search_dirs=[shipped_maps_dir()])
     assert maps.split == split == 5
+
+
+def test_the_bundles_own_copy_is_the_catalogue_entrys_file(monkeypatch, tmp_path):
+    """The packaged app has no gemma3 package, only its assembled file, named by RIDGEFILL_EMBEDDED_MODEL
+    (packaging/rthooks): the Models tab lists that file as the embedded Gemma's."""
+    bundled = tmp_path / "models" / DEFAULT_FILE
+    monkeypatch.setenv("RIDGEFILL_EMBEDDED_MODEL", str(bundled))
+    monkeypatch.setattr(embedded_models, "_GEMMA_PACKAGE", "not_installed_here")
+    assert embedded_models.embedded_file(DEFAULT_FILE) == bundled == embedded_model_path()
+    monkeypatch.delenv("RIDGEFILL_EMBEDDED_MODEL")
+    with pytest.raises(ModelFileError, match="not installed"):
+        embedded_models.embedded_file(DEFAULT_FILE)
