@@ -88,7 +88,7 @@ def test_opening_the_catalogue_entry_assembles_it(real_default):
     path = model_path(entry, HubSettings())
     assert path is not None and not path.exists()
     assert read_model_header(path).n_ctx_train == entry.context_length == 32768
-    assert path.stat().st_size == entry.size_bytes
+    assert path.stat().st_size == entry.size_bytes and entry.sha256 == gemma.EXPECTED_SHA256
 
 
 def test_the_shipped_maps_fit_the_assembled_file(real_default):
@@ -114,3 +114,24 @@ def test_the_bundles_own_copy_is_the_catalogue_entrys_file(monkeypatch, tmp_path
     monkeypatch.delenv("RIDGEFILL_EMBEDDED_MODEL")
     with pytest.raises(ModelFileError, match="not installed"):
         embedded_models.embedded_file(DEFAULT_FILE)
+
+
+def test_an_embedded_model_whose_package_is_absent_is_a_download(monkeypatch):
+    """The bundle ships only the default: SmolLM2's catalogue entry is then downloaded like any hub model,
+    and found in the download folder once verified."""
+    import json
+
+    from backend.hub.catalogue import load_catalogue
+    from backend.hub.settings import HubSettings
+    from backend.hub.store import model_path
+
+    smol = next(e for e in load_catalogue() if e.id == "smollm2-135m-instruct-q4_1")
+    settings = HubSettings()
+    assert model_path(smol, settings) == embedded_models.smollm2_path()  # from source: its package's file
+    monkeypatch.setattr(embedded_models, "_SMOLLM2_PACKAGE", "not_installed_here")
+    assert model_path(smol, settings) is None and smol.on_hub  # the Models tab offers Download
+    folder = settings.models_dir / smol.id
+    folder.mkdir(parents=True)
+    (folder / smol.filename).write_bytes(b"GGUF" + bytes(60))
+    (folder / "installed.json").write_text(json.dumps({"filename": smol.filename, "size_bytes": 64}))
+    assert model_path(smol, settings) == folder / smol.filename

@@ -212,11 +212,13 @@ def test_unreachable_endpoint_fails_with_reason(settings, tiny):
 def test_catalogue_has_real_entries_and_user_additions(tmp_path, hub, tiny):
     cat = load_catalogue()
     assert len(cat) >= 5 and {"llama", "qwen2", "qwen3", "gemma3"} <= {e.architecture for e in cat}
-    for e in cat:
-        assert e.repo_id and e.filename.endswith(".gguf") and e.context_length and e.licence and e.quantization
-    emb = [e for e in cat if e.embedded]
-    assert len(emb) == 1 and store.model_path(emb[0], HubSettings(tmp_path)) is not None
-    assert hashlib.sha256(store.model_path(emb[0], HubSettings(tmp_path)).read_bytes()).hexdigest() == emb[0].sha256
+    for e in cat:  # the default's file ships in a package only (it has no hub repo of its own here)
+        assert (e.repo_id or e.embedded) and e.filename.endswith(".gguf") and e.context_length and e.licence
+        assert e.quantization and (e.sha256 or not e.embedded)
+    emb = {e.filename: e for e in cat if e.embedded}
+    assert set(emb) == {"gemma-3-270m-Q4_K_M.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    smol = emb["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    assert hashlib.sha256(store.model_path(smol, HubSettings(tmp_path)).read_bytes()).hexdigest() == smol.sha256
     user = tmp_path / "user_models.json"
     gguf_path = tmp_path / FILE
     gguf_path.write_bytes(tiny)

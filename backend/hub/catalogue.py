@@ -49,7 +49,8 @@ class ModelEntry:
 
     @property
     def on_hub(self) -> bool:
-        return self.repo_id is not None and self.local_path is None and not self.embedded
+        """Downloadable: an embedded model is too, for an app without its package (the bundle holds only the default)."""
+        return self.repo_id is not None and self.local_path is None
 
 
 def _read_builtin() -> dict:

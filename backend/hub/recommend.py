@@ -34,6 +34,6 @@ def recommended_model(entries: list[ModelEntry], rows: list[dict], cores: int | 
     if ram_bytes:
         budget = min(budget, ram_bytes // RAM_SHARE)
     fitting = [e for e, row in zip(entries, rows)
-               if e.on_hub and is_instruct(e) and (e.context_length or 0) >= MIN_CONTEXT
+               if e.on_hub and not e.embedded and is_instruct(e) and (e.context_length or 0) >= MIN_CONTEXT
                and e.size_bytes and e.size_bytes <= budget and row.get("fits_disk") is not False]
     return max(fitting, key=lambda e: e.size_bytes, default=None)

@@ -27,8 +27,8 @@ def model_path(entry: ModelEntry, settings: HubSettings) -> Path | None:
     if entry.embedded:  # ships with the app (Gemma's file is assembled when first opened)
         try:
             return embedded_file(entry.filename)
-        except ModelFileError:  # its package is not installed
-            return None
+        except ModelFileError:  # its package is not here (the bundle): a download, as any hub model
+            pass
     if entry.local_path:
         p = Path(entry.local_path)
         return p if p.is_file() else None
