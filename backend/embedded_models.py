@@ -60,10 +60,11 @@ def assemble_if_embedded(path: Path) -> None:
 
 
 def is_embedded_model(path) -> bool:
-    """Whether `path` is one of the shipped models' files (or the default's override)."""
+    """Whether `path` is one of the shipped models' files (or the default's override); nothing is assembled."""
     try:
         p = Path(path).resolve()
-        candidates = [embedded_model_path(), _assembled_gemma()]
+        override = os.environ.get("RIDGEFILL_EMBEDDED_MODEL")
+        candidates = [_assembled_gemma()] + ([Path(override)] if override else [])
         if importlib.util.find_spec(_SMOLLM2_PACKAGE) is not None:
             candidates.append(smollm2_path())
         return any(p == c.resolve() for c in candidates)

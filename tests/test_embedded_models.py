@@ -135,3 +135,11 @@ def test_an_embedded_model_whose_package_is_absent_is_a_download(monkeypatch):
     (folder / smol.filename).write_bytes(b"GGUF" + bytes(60))
     (folder / "installed.json").write_text(json.dumps({"filename": smol.filename, "size_bytes": 64}))
     assert model_path(smol, settings) == folder / smol.filename
+
+
+def test_asking_whether_a_file_is_embedded_assembles_nothing(real_default, tmp_path):
+    """The window asks it of every model it loads: another model must not cost a 250 MB write."""
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    assert not is_embedded_model(other) and not embedded_models._assembled_gemma().exists()
+    assert is_embedded_model(embedded_models.smollm2_path())
