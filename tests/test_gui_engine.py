@@ -175,7 +175,7 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
 
 def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, model_path):
     """With no settings file yet the window opens on Models & maps (the embedded models are for trying
-    the app); once settings were saved it opens on the chat."""
+    the app); once settings were saved it opens on the chat. Attaching a document brings the chat forward."""
     from app.conversations import ConversationStore
     from app.engine_client import EngineClient
     from app.engine_protocol import EngineSettings
@@ -190,3 +190,8 @@ def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, mod
         qtbot.addWidget(w)
         assert (w.tabs.currentWidget() is w.models) is first
         settings.save()
+    doc = home / "notes.txt"
+    doc.write_text("The daily limit is 500 requests.")
+    w.tabs.setCurrentWidget(w.models)
+    w.chat.attach_document(doc)  # from the File menu while Models & maps is shown: the chat comes forward
+    qtbot.waitUntil(lambda: w.tabs.currentWidget() is w.chat, timeout=10_000)

@@ -158,7 +158,9 @@ class MainWindow(QMainWindow):
 
     @Slot(bool)
     def _on_chat_busy(self, busy: bool) -> None:
-        """While an answer streams, the conversation it belongs to stays shown."""
+        """While documents are read or an answer streams, the chat and its conversation stay shown."""
+        if busy:
+            self.tabs.setCurrentWidget(self.chat)
         self.conv_list.setEnabled(not busy)
         self.new_btn.setEnabled(not busy)
 
@@ -222,9 +224,8 @@ class MainWindow(QMainWindow):
 
     # ---- the model's layers and defaults -----------------------------------------------------------
     def show_model(self, model_path: str) -> bool:
-        """Set the controls from the model file's header (milliseconds, backend/model_file.py): its layers,
-        and the user's saved split and tail where they fit it, else the model's defaults
-        (backend/ridgefill/defaults.py, the one home of defaults; the engine reports the same)."""
+        """The controls from the model file's header (milliseconds): its layers, and the saved split and tail
+        where they fit it, else the model's defaults (backend/ridgefill/defaults.py; the engine reports the same)."""
         try:
             info = read_model_header(model_path or embedded_model_path())
         except ModelFileError as exc:
