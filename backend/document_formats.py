@@ -150,7 +150,8 @@ def _open_zip(p: Path, kind: str) -> Iterator[zipfile.ZipFile]:
     """.docx, .epub and .odt are zip archives: a damaged one, or one that unpacks to too much, is refused."""
     try:
         archive = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+    # NotImplementedError: a zip feature or version the standard library does not read ("zip file version 16.0")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, OSError, ValueError, EOFError) as exc:
         raise DocumentError(
             f"{p.name} is damaged or is not really {kind} (it is not a readable zip archive: {exc}). "
             + _SAVE_AGAIN

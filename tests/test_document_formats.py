@@ -203,6 +203,21 @@ def test_a_damaged_archive_is_refused_with_what_to_do(tmp_path, suffix, kind):
         read_document(hollow)
 
 
+@pytest.mark.parametrize("suffix", [".docx", ".epub", ".odt"])
+def test_an_archive_needing_a_newer_zip_version_is_refused(tmp_path, suffix):
+    """The long fuzz run's finding (docs/HARDENING.md): a central directory entry whose "version needed to
+    extract" reads 16.0 made zipfile raise NotImplementedError, past every handler."""
+    made = {".docx": write_docx, ".odt": write_odt,
+            ".epub": lambda p: write_epub(p, {"one": f"<p>{FACT}</p>"})}[suffix](tmp_path / f"new{suffix}")
+    data = bytearray(made.read_bytes())
+    central = data.rfind(b"PK\x01\x02")  # the last central directory entry: its version needed at +6
+    data[central + 6:central + 8] = (160).to_bytes(2, "little")
+    made.write_bytes(bytes(data))
+    with pytest.raises(DocumentError, match=f"new{suffix} is damaged or is not really") as err:
+        read_document(made)
+    assert "zip file version 16.0" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_an_archive_that_would_unpack_to_too_much_is_refused(tmp_path, monkeypatch):
     manual = write_docx(tmp_path / "manual.docx")
     monkeypatch.setattr(document_formats, "MAX_UNPACKED_BYTES", 1000)
