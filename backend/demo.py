@@ -7,6 +7,7 @@ A shorter demo (`--tokens`) keeps a window of whole paragraphs around the answer
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -22,8 +23,8 @@ ANSWER_DEPTH = 0.3  # where the answer sits in a window cut shorter than the doc
 @dataclass(frozen=True)
 class DemoQuestion:
     question: str
-    answers: list[str]  # the right forms
-    wrong: list[str]  # rival values that make a reply wrong
+    answers: tuple[str, ...]  # the right forms
+    wrong: tuple[str, ...]  # rival values that make a reply wrong
 
 
 @dataclass
@@ -34,9 +35,10 @@ class DemoDocument:
     answer_depth: float  # where the answer's paragraph sits, as a share of the text
 
 
+@functools.cache  # read once: the demo document, its scoring and the command each ask for it
 def demo_question() -> DemoQuestion:
     entry = json.loads(_long_set().joinpath(f"{DEMO_SOURCE}.json").read_text(encoding="utf-8"))[DEMO_INDEX]
-    return DemoQuestion(entry["question"], [entry["answer"], *entry.get("accept", [])], entry.get("wrong", []))
+    return DemoQuestion(entry["question"], (entry["answer"], *entry.get("accept", [])), tuple(entry.get("wrong", [])))
 
 
 def demo_right(reply: str) -> bool:

@@ -50,7 +50,9 @@ class ModelInfo:
 
 
 def check_gguf(path: str | os.PathLike) -> Path:
-    """Cheap checks before llama.cpp sees the file: exists, is a file, starts with the GGUF magic."""
+    """Cheap checks before llama.cpp sees the file: exists, is a file, starts with the GGUF magic. The
+    embedded Gemma's place is the one missing file made here (embedded_models.assemble_if_embedded), since
+    every opening of a model passes through this check."""
     p = Path(path)
     if not p.exists():
         assemble_if_embedded(p)

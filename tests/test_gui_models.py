@@ -179,7 +179,7 @@ def test_the_recommended_model_is_offered_and_downloads_in_one_click(qtbot, pane
 
     monkeypatch.setattr(recommend, "MB_PER_CORE", 2 * len(tiny) / 1e6)
     monkeypatch.setattr("ui.models_panel.recommended_model",
-                        lambda entries, rows, ram_bytes: recommend.recommended_model(entries, rows, 1, ram_bytes))
+                        lambda entries, rows: recommend.recommended_model(entries, rows, cores=1))
     panel.refresh()
     qtbot.waitUntil(lambda: not panel.refreshing(), timeout=20_000)
     assert panel.recommend_btn.isHidden()  # the tiny model is not an instruct model with a long context

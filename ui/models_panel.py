@@ -36,7 +36,6 @@ from backend.hub.jobs import DownloadEvent, DownloadJob
 from backend.hub.recommend import recommended_model
 from backend.hub.settings import HubSettings
 from backend.hub.status import model_rows
-from backend.machine_memory import memory
 from ui.background import BackgroundJobs
 
 def _size(b: int | None) -> str:
@@ -223,7 +222,7 @@ class ModelsPanel(QWidget):
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
-        self._show_recommendation(recommended_model(entries, rows, ram_bytes=memory()[0]))
+        self._show_recommendation(recommended_model(entries, rows))
         self._on_select()
 
     def _show_recommendation(self, entry: cat.ModelEntry | None) -> None:

@@ -7,7 +7,6 @@ from app.commands.download import add_hub_options, catalogue, hub_settings
 from backend.hub.catalogue import add_hub, add_local, user_models_file
 from backend.hub.recommend import recommended_model
 from backend.hub.status import model_rows
-from backend.machine_memory import memory
 
 
 def register(sub) -> None:
@@ -52,7 +51,7 @@ def run(args) -> int:
     if settings.offline:
         print("\noffline: only installed models can be used; the others need the network.")
     print("\nDownload one: python -m app download MODEL    Maps: python -m app maps MODEL")
-    offer = recommended_model(entries, rows, ram_bytes=memory()[0])
+    offer = recommended_model(entries, rows)
     if offer is not None:  # the embedded models are for trying the app
         print(f"For documents on this machine: {offer.id} ({offer.name}, {offer.context_length // 1024}K context): "
               f"python -m app download {offer.id}")

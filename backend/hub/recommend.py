@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from ..machine_memory import memory
 from .catalogue import ModelEntry
 
 MIN_CONTEXT = 32768
@@ -27,9 +28,10 @@ def is_instruct(entry: ModelEntry) -> bool:
 def recommended_model(entries: list[ModelEntry], rows: list[dict], cores: int | None = None,
                       ram_bytes: int | None = None) -> ModelEntry | None:
     """The entry to offer (installed or not), or None when nothing in the catalogue fits. `rows` are
-    backend.hub.status.model_rows of the same entries (fits_disk, path); `ram_bytes` the machine's total
-    memory (None: unknown, not a limit)."""
+    backend.hub.status.model_rows of the same entries (fits_disk, path); `cores` and `ram_bytes` (the
+    machine's total memory) are read from this machine when not given (memory the OS does not tell: no limit)."""
     cores = cores or os.cpu_count() or 1
+    ram_bytes = ram_bytes if ram_bytes is not None else memory()[0]
     budget = cores * MB_PER_CORE * 10**6
     if ram_bytes:
         budget = min(budget, ram_bytes // RAM_SHARE)
