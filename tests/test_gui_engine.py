@@ -176,13 +176,21 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
 def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, model_path):
     """With no settings file yet the window opens on Models & maps (the embedded models are for trying
     the app); once settings were saved it opens on the chat. Attaching a document brings the chat forward."""
-    from app.conversations import ConversationStore
     from app.engine_client import EngineClient
     from app.engine_protocol import EngineSettings
+
+    service = EngineClient(EngineSettings(model_path=model_path))  # started by the count that attaching asks
+    try:
+        check_the_first_start(qtbot, home, service)
+    finally:
+        service.shutdown()
+
+
+def check_the_first_start(qtbot, home, service):
+    from app.conversations import ConversationStore
     from app.settings import Settings
     from ui.main_window import MainWindow
 
-    service = EngineClient(EngineSettings(model_path=model_path))  # never started
     for first in (True, False):
         settings = Settings.load()
         assert settings.first_start is first
