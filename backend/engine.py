@@ -46,6 +46,9 @@ class EngineConfig:
     # per sliding-window layer (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     swa_full: bool = True
     kv_type: str = "f16"  # a key of KV_TYPES; RidgeFill refuses any other than f16 (cache_layout.py)
+    # RidgeFill needs flash attention (V rows laid out like K); off only for an exact engine timed against
+    # it (lab/experiments/prefill_settings.py)
+    flash_attn: bool = True
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of

@@ -61,7 +61,8 @@ class LlamaContext:
         cparams.n_threads = config.n_threads
         cparams.n_threads_batch = config.n_threads
         # Flash attention keeps V rows laid out like K (not transposed); F16 KV, no Hadamard rotation.
-        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn
+                                   else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         cparams.type_k = cparams.type_v = KV_TYPES[config.kv_type]
         cparams.no_perf = True
         cparams.cb_eval = self._eval_cb

@@ -149,3 +149,16 @@ def test_streamed_pieces_add_up_to_an_answer_cut_at_its_stop_string(small_engine
                       on_event=events.append)
     streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
     assert result.text == streamed == full[: full.find(stop)] and result.finish_reason == "stop"
+
+
+def test_an_engine_without_flash_attention_answers_exact_and_says_why(model_path):
+    """Flash attention off (an exact baseline the lab times) transposes V: RidgeFill, which writes V rows,
+    must refuse and run exact, with the reason in the timings."""
+    from backend.engine import Engine, EngineConfig
+
+    with Engine(EngineConfig(model_path=model_path, n_ctx=2048, n_threads=1, flash_attn=False)) as engine:
+        request = CompletionRequest(prompt="The harbour was busy that morning. " * 200, max_tokens=2, mode="speed",
+                                    split=12, tail=64, reuse_prefix=False)
+        result = complete(engine, request)
+        assert result.timings.mode == "off" and "flash attention" in result.timings.note
+        assert result.tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import RidgeFillError
 from ..window_policy import WindowPolicy, window_policy
-from .cache_layout import GraphLayout, discover
+from .cache_layout import GraphLayout, LayoutRefused, discover
 from .kv_writer import KVWriter
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ class RidgeFillRuntime:
         self._n_head = engine.info.n_head
         self.context_generation = getattr(engine, "context_generation", 0)  # the context the layout is of
         try:
+            if not getattr(engine.config, "flash_attn", True):  # V would be transposed: the writes assume rows
+                raise LayoutRefused("RidgeFill needs flash attention; this engine has it off (an exact baseline).")
             self.layout = discover(engine)
             self.windows = _windows(engine.info, self.layout)
             self.cells_read_from = _min_split(self.layout)
