@@ -2,11 +2,13 @@
 with each document's bulk written from the exact model's own inputs at some late layers (an oracle,
 captured by an exact pass of the bulk) and from the maps at the others.
 
-    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] LAYERS -- LAB_ARGS
+    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] LAYERS -- LAB_ARGS
 
 LAYERS: `maps` (the maps everywhere: the control), `global` (the global layers above the split exact,
 the sliding-window ones predicted), `windowed` (the reverse), `all`, or a comma-separated list of
-layers. --maps: the predicted layers from other maps (long_context_maps.py writes them). LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
+layers. --maps: the predicted layers from other maps (long_context_maps.py and context_maps.py write
+them). --share F: at each of LAYERS only the share F of the rows whose predicted input is furthest
+from the exact one takes the exact one (MixedSource). LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
 lines (they are reused) and whose --modes names one RidgeFill setting. Only the documents' shared rows
 (prefix_snapshot) take the oracle; the rows a question adds after them, the sliding windows written
 around the rows guided makes exact, and the rows made exact themselves are as in the app.
@@ -24,8 +26,7 @@ from backend.ridgefill.runtime import runtime
 class FileMaps:
     """Maps saved by long_context_maps.py, as the bulk pass asks them (predict_all)."""
 
-    def __init__(self, path: str):
-        saved = torch.load(path)
+    def __init__(self, saved: dict):
         self.layers = sorted(saved["weights"])
         self.weights, self.biases = saved["weights"], saved["biases"]
 
@@ -34,16 +35,24 @@ class FileMaps:
 
 
 class MixedSource:
-    """The exact inputs of `layers` (from the oracle), the maps' for the other late layers."""
+    """The exact inputs of `layers` (from the oracle), the maps' for the other late layers. With `share`
+    below 1, only that share of each block's rows takes the exact input at a layer: those whose predicted
+    input is furthest from it (relative error), the ceiling of choosing rows by the prediction's error."""
 
-    def __init__(self, oracle, predictor, layers: set[int]):
-        self.oracle, self.predictor, self.layers = oracle, predictor, layers
+    def __init__(self, oracle, predictor, layers: set[int], share: float = 1.0):
+        self.oracle, self.predictor, self.layers, self.share = oracle, predictor, layers, share
 
     def late_inputs(self, h_split: torch.Tensor, rows: slice) -> dict[int, torch.Tensor]:
         inputs = self.predictor.late_inputs(h_split, rows)
-        exact = {il: torch.from_numpy(self.oracle.streams[il][rows].astype("float32"))
-                 for il in self.layers if il in self.oracle.streams}
-        inputs.update(exact)
+        for il in self.layers & set(self.oracle.streams):
+            exact = torch.from_numpy(self.oracle.streams[il][rows].astype("float32"))
+            if self.share >= 1:
+                inputs[il] = exact
+                continue
+            error = (inputs[il] - exact).norm(dim=1) / exact.norm(dim=1).clamp_min(1e-6)
+            worst = torch.topk(error, max(1, round(self.share * len(error)))).indices
+            inputs[il] = inputs[il].clone()
+            inputs[il][worst] = exact[worst]
         return inputs
 
 
@@ -56,8 +65,9 @@ def chosen_layers(engine, split: int, which: str) -> set[int]:
     return {int(x) for x in which.split(",")} & late
 
 
-def mixed_prefill_bulk(which: str, maps_file: str | None):
-    other_maps = FileMaps(maps_file) if maps_file else None
+def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0):
+    saved = torch.load(maps_file) if maps_file else None
+    other_maps = FileMaps(saved) if saved is not None and not saved.get("context") else None
 
     def prefill_bulk(engine, plan, tokens: list[int]) -> None:
         layers = chosen_layers(engine, plan.split, which)
@@ -65,7 +75,11 @@ def mixed_prefill_bulk(which: str, maps_file: str | None):
         oracle = injection._oracle(engine, tokens, plan.split, None) if layers else None
         engine.slot.truncate(0)
         predictor = injection._Predictor(other_maps or plan.maps)
-        source = MixedSource(oracle, predictor, layers) if layers else predictor
+        if saved is not None and saved.get("context"):  # context_maps.py: one source per prompt
+            from lab.experiments.context_maps import ContextSource
+
+            predictor = ContextSource(saved, predictor)
+        source = MixedSource(oracle, predictor, layers, share) if layers else predictor
         print(f"bulk of {len(tokens)} rows: exact inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
         with injection.one_torch_thread():
@@ -74,13 +88,17 @@ def mixed_prefill_bulk(which: str, maps_file: str | None):
 
 
 def main(argv: list[str]) -> int:
-    maps_file = None
-    if argv[:1] == ["--maps"]:
-        maps_file, argv = argv[1], argv[2:]
+    maps_file, share = None, 1.0
+    while argv[:1] in (["--maps"], ["--share"]):
+        if argv[0] == "--maps":
+            maps_file = argv[1]
+        else:
+            share = float(argv[1])
+        argv = argv[2:]
     which, sep, lab_args = argv[0], argv[1], argv[2:]
     if sep != "--":
         raise SystemExit(__doc__)
-    injection.prefill_bulk = mixed_prefill_bulk(which, maps_file)
+    injection.prefill_bulk = mixed_prefill_bulk(which, maps_file, share)
     from lab.cli import run_cli
 
     return run_cli(lab_args)
