@@ -2,13 +2,14 @@
 with each document's bulk written from the exact model's own inputs at some late layers (an oracle,
 captured by an exact pass of the bulk) and from the maps at the others.
 
-    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] LAYERS -- LAB_ARGS
+    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] [--keep k|v] LAYERS -- LAB_ARGS
 
 LAYERS: `maps` (the maps everywhere: the control), `global` (the global layers above the split exact,
 the sliding-window ones predicted), `windowed` (the reverse), `all`, or a comma-separated list of
 layers. --maps: the predicted layers from other maps (long_context_maps.py and context_maps.py write
 them). --share F: at each of LAYERS only the share F of the rows whose predicted input is furthest
-from the exact one takes the exact one (MixedSource). LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
+from the exact one takes the exact one (MixedSource). --keep k (v): at LAYERS only K (V) from the exact
+input, the other from the prediction. LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
 lines (they are reused) and whose --modes names one RidgeFill setting. Only the documents' shared rows
 (prefix_snapshot) take the oracle; the rows a question adds after them, the sliding windows written
 around the rows guided makes exact, and the rows made exact themselves are as in the app.
@@ -44,6 +45,7 @@ class MixedSource:
 
     def late_inputs(self, h_split: torch.Tensor, rows: slice) -> dict[int, torch.Tensor]:
         inputs = self.predictor.late_inputs(h_split, rows)
+        self.predicted = dict(inputs)  # the block's predictions, for a writer that takes K or V from them
         for il in self.layers & set(self.oracle.streams):
             exact = torch.from_numpy(self.oracle.streams[il][rows].astype("float32"))
             if self.share >= 1:
@@ -56,6 +58,23 @@ class MixedSource:
         return inputs
 
 
+def exact_half_only(writer, source_of, keep: str) -> None:
+    """At the oracle's layers, only K (keep="k") or only V (keep="v") from the exact input; the other
+    from the maps' prediction (the block's, stashed by MixedSource)."""
+    compute = writer.compute
+
+    def writes(il, h, pos, k_cells, v_cells):
+        source = source_of()
+        ll = writer.layout.layers[il]
+        k, v = compute(il, h, pos)
+        if source is not None and il in source.layers and il in source.predicted:
+            k_pred, v_pred = compute(il, source.predicted[il][-len(h):], pos)
+            k, v = (k, v_pred) if keep == "k" else (k_pred, v)
+        return [(ll.k_cache, k_cells, k.numpy().astype("float16")), (ll.v_cache, v_cells, v.numpy().astype("float16"))]
+
+    writer.writes = writes
+
+
 def chosen_layers(engine, split: int, which: str) -> set[int]:
     late = set(range(split + 1, engine.info.n_layer))
     windowed = set(runtime(engine).windows.windowed)
@@ -65,7 +84,7 @@ def chosen_layers(engine, split: int, which: str) -> set[int]:
     return {int(x) for x in which.split(",")} & late
 
 
-def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0):
+def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, keep: str | None = None):
     saved = torch.load(maps_file) if maps_file else None
     other_maps = FileMaps(saved) if saved is not None and not saved.get("context") else None
 
@@ -80,25 +99,36 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0):
 
             predictor = ContextSource(saved, predictor)
         source = MixedSource(oracle, predictor, layers, share) if layers else predictor
+        if keep:
+            writer = runtime(engine).writer
+            saved_writes = writer.writes
+            exact_half_only(writer, lambda: source, keep)
         print(f"bulk of {len(tokens)} rows: exact inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
-        with injection.one_torch_thread():
-            injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
+        try:
+            with injection.one_torch_thread():
+                injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
+        finally:
+            if keep:
+                writer.writes = saved_writes
     return prefill_bulk
 
 
 def main(argv: list[str]) -> int:
     maps_file, share = None, 1.0
-    while argv[:1] in (["--maps"], ["--share"]):
+    keep = None
+    while argv[:1] in (["--maps"], ["--share"], ["--keep"]):
         if argv[0] == "--maps":
             maps_file = argv[1]
+        elif argv[0] == "--keep":
+            keep = argv[1]
         else:
             share = float(argv[1])
         argv = argv[2:]
     which, sep, lab_args = argv[0], argv[1], argv[2:]
     if sep != "--":
         raise SystemExit(__doc__)
-    injection.prefill_bulk = mixed_prefill_bulk(which, maps_file, share)
+    injection.prefill_bulk = mixed_prefill_bulk(which, maps_file, share, keep)
     from lab.cli import run_cli
 
     return run_cli(lab_args)
