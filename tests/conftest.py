@@ -42,8 +42,6 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("RIDGEFILL_HOME", str(tmp_path_factory.mktemp("home")))
 
 
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _no_polling_client_left():
     """A test module leaves no task client polling (an engine left running, a task never delivered): one

@@ -4,11 +4,14 @@ its K-norm and RoPE, and to its V, instead of the layer's input predicted and th
     .venv/bin/python -m lab.experiments.direct_kv fit GEMMA.gguf OUT.pt [SPLIT LAYER]   (default 5 11)
     .venv/bin/python -m lab.experiments.direct_kv fidelity OUT.pt [k|v|kv] -- LAB_ARGS
     .venv/bin/python -m lab.experiments.direct_kv temper ALPHA LAYER -- LAB_ARGS
+    .venv/bin/python -m lab.experiments.direct_kv features GEMMA.gguf [N]   (N random ReLU features, 2048)
 
 `fit` captures the prose corpus as two long prompts (long_context_maps.long_sequences), fits on held-out
 blocks as the app fits its maps, and prints per held-out row the cosine to the exact K (after K-norm) and
 V of both paths. `fidelity` runs a `python -m lab ... fidelity` command line whose documents' bulk rows
 take that layer's K, V or both from the direct fit (the other layers, and the other half, as in the app).
+`features` fits K and V of layer 11 from the split stream and N random ReLU features of it (still one
+closed-form ridge, a non-linear one) and prints the held-out cosines as `fit` does.
 `temper` writes that layer's predicted K times ALPHA for the bulk rows (the rows guided makes exact are
 written again, exact): a predicted key that happens to match a query draws less attention.
 """
@@ -71,6 +74,35 @@ def fit(model: str, out: str, split: int = 5, layer: int = 11, tokens: int = 120
     fits = fit_layers(x, {0: k_raw, 1: v}, held)  # the saved fit: every row (fit_layers' final weights)
     torch.save({"split": split, "layer": layer, "k": (fits[0].weight, fits[0].bias),
                 "v": (fits[1].weight, fits[1].bias)}, out)
+    return 0
+
+
+def fit_features(model: str, n_features: int = 2048, split: int = 5, layer: int = 11, tokens: int = 12000) -> int:
+    engine = Engine(EngineConfig(model_path=model, n_ctx=tokens + 64, n_threads=2))
+    writer, maps = runtime(engine).writer, find_maps(model, split)
+    xs, hs = [], []
+    for seq in long_sequences(engine, tokens):
+        got = capture_streams(engine, [seq], [split, layer], stride=2, dtype=np.float32)
+        xs.append(got[split])
+        hs.append(got[layer])
+    x, h = torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(hs))
+    k_raw, v = raw_kv(writer, layer, h)
+    scaled = _rms(x, torch.ones(x.shape[1]), writer.eps)  # the features see the direction, not the norm
+    r = torch.randn(x.shape[1], n_features, generator=torch.Generator().manual_seed(0)) / x.shape[1] ** 0.5
+    f = torch.cat([x, torch.relu(scaled @ r)], dim=1)
+    blocks = torch.arange(len(x)) // (BLOCK_ROWS * 2)
+    held = heldout_documents(blocks)
+    train = ~held
+    k_true = normed_k(writer, layer, k_raw[held])
+    kp, vp = raw_kv(writer, layer, maps.predict(layer, x[held]))
+    print(f"{len(x)} rows, {int(held.sum())} held out; maps: K {mean_cosine(normed_k(writer, layer, kp), k_true):.4f}, "
+          f"V {mean_cosine(vp, v[held]):.4f}", flush=True)
+    for name, inputs in (("row only", x), (f"with {n_features} ReLU features", f)):
+        fits = fit_layers(inputs[train], {0: k_raw[train], 1: v[train]}, heldout_documents(blocks[train], offset=0))
+        kd = torch.addmm(fits[0].bias, inputs[held], fits[0].weight.T)
+        vd = torch.addmm(fits[1].bias, inputs[held], fits[1].weight.T)
+        print(f"direct, {name}: K {mean_cosine(normed_k(writer, layer, kd), k_true):.4f}, "
+              f"V {mean_cosine(vd, v[held]):.4f}", flush=True)
     return 0
 
 
@@ -146,6 +178,8 @@ def main(argv: list[str]) -> int:
         cut = argv.index("--")
         which = argv[2] if cut > 2 else "kv"
         return fidelity(argv[1], which, argv[cut + 1:])
+    if argv[:1] == ["features"]:
+        return fit_features(argv[1], *[int(a) for a in argv[2:3]])
     if argv[:1] == ["temper"] and "--" in argv:
         cut = argv.index("--")
         return fidelity("", "k", argv[cut + 1:], temper=(float(argv[1]), int(argv[2])))

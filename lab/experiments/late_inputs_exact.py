@@ -16,6 +16,7 @@ around the rows guided makes exact, and the rows made exact themselves are as in
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -115,20 +116,15 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
 
 
 def main(argv: list[str]) -> int:
-    maps_file, share = None, 1.0
-    keep = None
-    while argv[:1] in (["--maps"], ["--share"], ["--keep"]):
-        if argv[0] == "--maps":
-            maps_file = argv[1]
-        elif argv[0] == "--keep":
-            keep = argv[1]
-        else:
-            share = float(argv[1])
-        argv = argv[2:]
-    which, sep, lab_args = argv[0], argv[1], argv[2:]
-    if sep != "--":
-        raise SystemExit(__doc__)
-    injection.prefill_bulk = mixed_prefill_bulk(which, maps_file, share, keep)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage=__doc__.splitlines()[4].strip())
+    ap.add_argument("--maps", default=None)
+    ap.add_argument("--share", type=float, default=1.0)
+    ap.add_argument("--keep", choices=["k", "v"], default=None)
+    ap.add_argument("layers")
+    ap.add_argument("lab_args", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    lab_args = args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args
+    injection.prefill_bulk = mixed_prefill_bulk(args.layers, args.maps, args.share, args.keep)
     from lab.cli import run_cli
 
     return run_cli(lab_args)
