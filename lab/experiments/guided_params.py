@@ -20,6 +20,8 @@ def parsed(pairs: list[str]) -> dict:
     out = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
+        if name not in fields:
+            raise SystemExit(f"GuidedParams has no {name!r}: {', '.join(fields)}")
         default = getattr(GuidedParams(), name)
         if isinstance(default, tuple):
             out[name] = tuple(type(default[0] if default else 0.0)(x) for x in value.split(","))
@@ -27,7 +29,6 @@ def parsed(pairs: list[str]) -> dict:
             out[name] = value.lower() in ("1", "true", "yes")
         else:
             out[name] = type(default)(value)
-        assert name in fields
     return out
 
 
