@@ -54,10 +54,13 @@ def _no_polling_client_left():
     import gc
     import time
 
+    import shiboken6
     from PySide6.QtCore import QCoreApplication
 
-    def polling():
-        return [o for o in gc.get_objects() if client_module.TaskClient in type(o).__mro__ and o._timer.isActive()]
+    def polling():  # a client deleted with its parent widget (its timer gone too) polls nothing
+        clients = [o for o in gc.get_objects() if client_module.TaskClient in type(o).__mro__]
+        timers = [getattr(c, "_timer", None) for c in clients]
+        return [c for c, t in zip(clients, timers) if t is not None and shiboken6.isValid(t) and t.isActive()]
 
     deadline = time.monotonic() + 2  # a failure queued as the window closed is delivered at the next poll
     while polling() and time.monotonic() < deadline:
