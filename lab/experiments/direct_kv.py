@@ -117,10 +117,11 @@ class StashSplit:
         return self.base.late_inputs(h_split, rows)
 
 
-def direct_writes(writer, saved: dict, source: StashSplit, which: str):
+def direct_compute(writer, saved: dict, source: StashSplit, which: str):
+    """The writer's `compute` (which its `writes` calls) with the saved layer's K and V from the direct fit."""
     il, compute = saved["layer"], writer.compute
 
-    def writes(layer, h, pos, k_cells, v_cells):
+    def with_direct(layer, h, pos):
         k, v = compute(layer, h, pos)
         if layer == il and source.h is not None and len(source.h) == len(h):
             ll = writer.layout.layers[il]
@@ -130,9 +131,8 @@ def direct_writes(writer, saved: dict, source: StashSplit, which: str):
                 k = k.reshape(len(h), -1)
             if "v" in which:
                 v = torch.addmm(saved["v"][1], source.h, saved["v"][0].T)
-        ll = writer.layout.layers[layer]
-        return [(ll.k_cache, k_cells, k.numpy().astype(np.float16)), (ll.v_cache, v_cells, v.numpy().astype(np.float16))]
-    return writes
+        return k, v
+    return with_direct
 
 
 def tempered_writes(writer, il: int, alpha: float):
@@ -154,8 +154,11 @@ def fidelity(saved_path: str, which: str, lab_args: list[str], temper: tuple[flo
         engine.slot.truncate(0)
         writer = runtime(engine).writer
         source = StashSplit(injection._Predictor(plan.maps))
-        patched = tempered_writes(writer, temper[1], temper[0]) if temper else direct_writes(writer, saved, source, which)
-        original, writer.writes = writer.writes, patched
+        if temper:  # the writer's writes, or its compute, replaced for this pass; the class's own after
+            name, patched = "writes", tempered_writes(writer, temper[1], temper[0])
+        else:
+            name, patched = "compute", direct_compute(writer, saved, source, which)
+        setattr(writer, name, patched)
         what = f"K times {temper[0]}" if temper else f"{which} fitted directly"
         print(f"bulk of {len(tokens)} rows: layer {temper[1] if temper else saved['layer']}'s {what}",
               file=sys.stderr, flush=True)
@@ -163,7 +166,7 @@ def fidelity(saved_path: str, which: str, lab_args: list[str], temper: tuple[flo
             with injection.one_torch_thread():
                 injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
         finally:
-            writer.writes = original
+            delattr(writer, name)  # the class's own again
 
     injection.prefill_bulk = prefill_bulk
     from lab.cli import run_cli

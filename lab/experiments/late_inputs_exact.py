@@ -61,19 +61,19 @@ class MixedSource:
 
 def exact_half_only(writer, source_of, keep: str) -> None:
     """At the oracle's layers, only K (keep="k") or only V (keep="v") from the exact input; the other
-    from the maps' prediction (the block's, stashed by MixedSource)."""
+    from the maps' prediction (the block's, stashed by MixedSource). Replaces the writer's `compute`,
+    which its `writes` calls."""
     compute = writer.compute
 
-    def writes(il, h, pos, k_cells, v_cells):
+    def mixed_compute(il, h, pos):
         source = source_of()
-        ll = writer.layout.layers[il]
         k, v = compute(il, h, pos)
         if source is not None and il in source.layers and il in source.predicted:
             k_pred, v_pred = compute(il, source.predicted[il][-len(h):], pos)
             k, v = (k, v_pred) if keep == "k" else (k_pred, v)
-        return [(ll.k_cache, k_cells, k.numpy().astype("float16")), (ll.v_cache, v_cells, v.numpy().astype("float16"))]
+        return k, v
 
-    writer.writes = writes
+    writer.compute = mixed_compute
 
 
 def chosen_layers(engine, split: int, which: str) -> set[int]:
@@ -102,7 +102,6 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
         source = MixedSource(oracle, predictor, layers, share) if layers else predictor
         if keep:
             writer = runtime(engine).writer
-            saved_writes = writer.writes
             exact_half_only(writer, lambda: source, keep)
         print(f"bulk of {len(tokens)} rows: exact inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
@@ -111,7 +110,7 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
                 injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
         finally:
             if keep:
-                writer.writes = saved_writes
+                del writer.compute  # the class's own again
     return prefill_bulk
 
 
