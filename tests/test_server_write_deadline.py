@@ -5,6 +5,7 @@ next request is answered; a slow reader that keeps taking bytes is not cut, thou
 longer than the deadline."""
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -13,9 +14,10 @@ import time
 
 import pytest
 
-from app.engine_protocol import TaskDone, TaskEvent
+from app.engine_protocol import TaskDone, TaskEvent, TaskKind
+from app.server.api import EngineRun
 from app.server.gateway import Ticket
-from app.server.schema import Defaults
+from app.server.schema import Defaults, parse_request
 from backend.protocol import CompletionResult, Timings, TokenEvent
 from backend.sampling import GREEDY
 from tests.test_server_hardening import CHAT, FakeGateway
@@ -135,3 +137,18 @@ def test_a_slow_reader_that_keeps_reading_is_not_cut(served):
     assert got.count(b'"content": " word') == 3_000
     h = health(srv.port)
     assert "cut_not_reading" not in h["stats"] and gw.cancelled == [], h
+
+
+def test_a_run_asked_to_stop_twice_cancels_its_engine_task_once():
+    """The disconnect watcher and the closed stream both stop a run whose client left (CI saw [1, 1])."""
+    async def stop_twice(gw):
+        parsed = parse_request({**CHAT, "max_tokens": 1_000_000}, chat=True, defaults=Defaults("off"), n_layer=30)
+        run = EngineRun(gw, TaskKind.COMPLETE, parsed.request)
+        run.cancel()
+        run.cancel()
+        while not isinstance(await run.get(), TaskDone):
+            pass
+
+    gw = StreamingGateway()
+    asyncio.run(stop_twice(gw))
+    assert gw.cancelled == [1]

@@ -85,6 +85,7 @@ class EngineRun:
         self._on_end = on_end
         self.end = None  # the TaskDone / TaskFailed / TaskCancelled, once it reached the loop
         self.client_gone = False
+        self._cancel_sent = False
         self.ticket = gateway.submit(kind, payload, self._deliver)
 
     def _deliver(self, msg) -> None:  # the gateway's thread
@@ -110,7 +111,9 @@ class EngineRun:
         return msg
 
     def cancel(self) -> None:
-        if self.end is None:
+        """Ask the engine to stop the task, once: the disconnect watcher and a closed stream may both ask."""
+        if self.end is None and not self._cancel_sent:
+            self._cancel_sent = True
             self._gateway.cancel(self.ticket)
 
 
