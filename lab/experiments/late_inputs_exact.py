@@ -2,14 +2,16 @@
 with each document's bulk written from the exact model's own inputs at some late layers (an oracle,
 captured by an exact pass of the bulk) and from the maps at the others.
 
-    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] [--keep k|v] LAYERS -- LAB_ARGS
+    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] [--keep k|v] [--local C,P] LAYERS -- LAB_ARGS
 
 LAYERS: `maps` (the maps everywhere: the control), `global` (the global layers above the split exact,
 the sliding-window ones predicted), `windowed` (the reverse), `all`, or a comma-separated list of
 layers. --maps: the predicted layers from other maps (long_context_maps.py and context_maps.py write
 them). --share F: at each of LAYERS only the share F of the rows whose predicted input is furthest
 from the exact one takes the exact one (MixedSource). --keep k (v): at LAYERS only K (V) from the exact
-input, the other from the prediction. LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
+input, the other from the prediction. --local C,P: the "exact" inputs come from the model run on
+blocks of C rows, each with the P rows before it and the document's first token (global layers
+see that much, not the whole document), not from one exact pass (local_streams.py). LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
 lines (they are reused) and whose --modes names one RidgeFill setting. Only the documents' shared rows
 (prefix_snapshot) take the oracle; the rows a question adds after them, the sliding windows written
 around the rows guided makes exact, and the rows made exact themselves are as in the app.
@@ -23,6 +25,7 @@ import torch
 
 from backend.ridgefill import injection
 from backend.ridgefill.runtime import runtime
+from lab.experiments.local_streams import local_streams
 
 
 class FileMaps:
@@ -85,14 +88,18 @@ def chosen_layers(engine, split: int, which: str) -> set[int]:
     return {int(x) for x in which.split(",")} & late
 
 
-def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, keep: str | None = None):
+def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, keep: str | None = None,
+                       local: tuple[int, int] | None = None):
     saved = torch.load(maps_file) if maps_file else None
     other_maps = FileMaps(saved) if saved is not None and not saved.get("context") else None
 
     def prefill_bulk(engine, plan, tokens: list[int]) -> None:
         layers = chosen_layers(engine, plan.split, which)
         engine.slot.truncate(0)
-        oracle = injection._oracle(engine, tokens, plan.split, None) if layers else None
+        if layers and local:
+            oracle = injection._Oracle(local_streams(engine, tokens, sorted(layers), *local))
+        else:
+            oracle = injection._oracle(engine, tokens, plan.split, None) if layers else None
         engine.slot.truncate(0)
         predictor = injection._Predictor(other_maps or plan.maps)
         if saved is not None and saved.get("context"):  # context_maps.py: one source per prompt
@@ -103,7 +110,7 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
         if keep:
             writer = runtime(engine).writer
             exact_half_only(writer, lambda: source, keep)
-        print(f"bulk of {len(tokens)} rows: exact inputs at layers {sorted(layers)}, the others from "
+        print(f"bulk of {len(tokens)} rows: {'local' if local else 'exact'} inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
         try:
             with injection.one_torch_thread():
@@ -119,11 +126,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--maps", default=None)
     ap.add_argument("--share", type=float, default=1.0)
     ap.add_argument("--keep", choices=["k", "v"], default=None)
+    ap.add_argument("--local", default=None, type=lambda v: tuple(int(x) for x in v.split(",")))
     ap.add_argument("layers")
     ap.add_argument("lab_args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     lab_args = args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args
-    injection.prefill_bulk = mixed_prefill_bulk(args.layers, args.maps, args.share, args.keep)
+    injection.prefill_bulk = mixed_prefill_bulk(args.layers, args.maps, args.share, args.keep, args.local)
     from lab.cli import run_cli
 
     return run_cli(lab_args)
