@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES_PER_POLL = 400  # a caller on an event loop stays responsive under a flood of token events
 MAX_RESTARTS = 3  # within RESTART_WINDOW_S; more means the engine cannot run, so stop trying
 RESTART_WINDOW_S = 60.0
-FEEDER_JOIN_S = 0.2  # all feeders together; one flushing its last messages into a pipe takes milliseconds
+FEEDER_JOIN_S = 2.0  # all feeders together: milliseconds when idle, more on a loaded machine; a stuck one costs this at shutdown
 
 
 class EngineProcess:

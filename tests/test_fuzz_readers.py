@@ -4,7 +4,6 @@ documented error, never another exception, within a deadline."""
 from __future__ import annotations
 
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from lab.commands.fuzz_readers import CHECKS, seed_ggufs, strategies
 with tempfile.TemporaryDirectory() as _tmp:
     STRATEGIES = strategies(seed_ggufs(Path(_tmp)))
 
-FUZZ = settings(max_examples=150, deadline=timedelta(seconds=3), database=None,
+FUZZ = settings(max_examples=150, deadline=None, database=None,  # the hang check is CPU time (SIGPROF), not wall time
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

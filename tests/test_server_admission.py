@@ -81,7 +81,7 @@ def _length(data: bytes) -> int:
 
 
 def test_a_body_beyond_the_room_waits_its_turn_then_gets_503_with_retry_after(serve):
-    srv = serve(body_room_bytes=1_000_000, body_wait_s=2.0)
+    srv = serve(body_room_bytes=1_000_000, body_wait_s=5.0)  # the /health below is asked well within it
     body = chat_body(600_000)  # two do not fit at once
     slow = post(srv.port, body, hold_last=True)  # reading, holding 600,000 bytes of room
     time.sleep(0.3)

@@ -69,7 +69,7 @@ def test_a_client_that_drips_its_headers_loses_its_connection_and_a_prompt_one_i
     drip.close()
     prompt = connect(served.port)  # the whole headers in two parts, within the deadline
     prompt.sendall(b"GET /health HTTP/1.1\r\n")
-    time.sleep(DEADLINE_S / 2)
+    time.sleep(DEADLINE_S / 10)  # two parts, far inside the deadline on a loaded machine
     prompt.sendall(f"Host: 127.0.0.1:{served.port}\r\n\r\n".encode())
     prompt.settimeout(10)
     assert prompt.recv(1024).startswith(b"HTTP/1.1 200")

@@ -98,6 +98,9 @@ def test_the_engine_killed_mid_stream_and_mid_queue_answers_everyone_and_comes_b
     for box in queued:  # the waiting ones: 503, the engine's fault, with Retry-After (the openai client retries)
         status, body, headers = box["got"]
         assert (status, body["error"]["code"], headers.get("retry-after")) == (503, "engine_crashed", "1"), box
+    deadline = time.monotonic() + 120  # the crash clears the old engine's info just after the failures go out
+    while (gw.wait_ready(120).pid == pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert gw.wait_ready(120).pid != pid  # a fresh engine
     status, body, _ = post(srv.port, SHORT)
     assert status == 200 and body["choices"][0]["message"]["content"], body

@@ -305,7 +305,7 @@ def test_a_slow_reader_and_one_that_stops_reading_do_not_hold_the_engine():
     srv = LocalServer(gw, defaults=Defaults("off", sampling=GREEDY), port=0, max_queue=1).start()
     try:
         box: dict = {}
-        reader = threading.Thread(target=lambda: box.update(got=slow_reader(srv.url, byte_s=0.5, reads=4, hold_s=8)),
+        reader = threading.Thread(target=lambda: box.update(got=slow_reader(srv.url, byte_s=0.5, reads=4, hold_s=20)),
                                   daemon=True)
         reader.start()
         deadline = time.monotonic() + 10
@@ -321,7 +321,7 @@ def test_a_slow_reader_and_one_that_stops_reading_do_not_hold_the_engine():
             conn.close()
             assert reader.is_alive()  # still there, reading a byte at a time or not at all
             time.sleep(2.5)  # the second one while the reader has stopped reading
-        reader.join(30)
+        reader.join(40)
         assert box["got"] == (200, "")
     finally:
         srv.stop()
