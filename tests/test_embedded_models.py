@@ -101,7 +101,7 @@ def test_the_shipped_maps_fit_the_assembled_file(real_default):
     path = embedded_model_path()
     split = default_split(read_model_info(path))
     maps = find_maps(path, split, search_dirs=[shipped_maps_dir()])
-    assert maps.split == split == 5
+    assert maps.split == split == 11
 
 
 def test_the_bundles_own_copy_is_the_catalogue_entrys_file(monkeypatch, tmp_path):

@@ -7,7 +7,8 @@ default) makes the rows the question attends to exact, which moved SmolLM2's spl
 (docs/measurements/split-tail-tune.md#split-s--12-not-9); real questions about real documents lost answers there that
 S = 18 keeps (docs/measurements/real-questions.md#real-questions-about-real-documents), so 18 is its default. On Gemma 3 (sliding-window layers) guided keeps every row's
 window (EngineConfig.swa_full) and scores at a global layer at or below the split, which lets Gemma 3
-270M run at S = 5, its first global layer.
+270M run at S = 5, its first global layer: fast, but layer 11's predicted keys move exact's replies
+there, so its default is S = 11, which computes them.
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/tuning/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
@@ -39,10 +40,11 @@ MEASURED_SPLITS = {
     # SmolLM2-135M(-Instruct), guided mode: 12 held needles, 18 is what holds real questions
     # (docs/measurements/real-questions.md#real-questions-about-real-documents)
     ("llama", 30, 576): 18,
-    # Gemma 3 270M, guided: its first global layer; chosen on the long set's choose half, where it moved
-    # exact's replies less than S = 6 (tune's choice, docs/measurements/gemma-3.md#gemma-3s-split-s--6-chosen-by-tune)
-    # and 4 or 3 more, and ran faster than 6 (docs/LONG_DOCUMENTS.md#below-the-first-global-layer-s--4-and-3)
-    ("gemma3", 18, 640): 5,
+    # Gemma 3 270M, guided: its second global layer, the lowest split whose bulk computes layer 11's input,
+    # whose predicted keys were all of S = 5's departure from exact; chosen on the long set's choose half
+    # (q8_0's mean |ΔNLL|; S = 5, 3.44×, moved exact's replies 25× more) and judged on the other half:
+    # docs/LONG_DOCUMENTS.md#layer-11-computed-not-predicted-by-blocks-and-s--11-2026-12-06
+    ("gemma3", 18, 640): 11,
 }
 
 
