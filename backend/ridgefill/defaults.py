@@ -42,7 +42,7 @@ MEASURED_SPLITS = {
     ("llama", 30, 576): 18,
     # Gemma 3 270M, guided: its second global layer, the lowest split whose bulk computes layer 11's input,
     # whose predicted keys were all of S = 5's departure from exact; chosen on the long set's choose half
-    # (q8_0's mean |ΔNLL|; S = 5, 3.44×, moved exact's replies 25× more) and judged on the other half:
+    # (mean |ΔNLL| at q8_0's; S = 5, 3.44× exact's speed, +0.66) and judged on the other half (2.1× q8_0's):
     # docs/LONG_DOCUMENTS.md#layer-11-computed-not-predicted-by-blocks-and-s--11-2026-12-06
     ("gemma3", 18, 640): 11,
 }

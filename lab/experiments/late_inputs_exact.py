@@ -2,7 +2,8 @@
 with each document's bulk written from the exact model's own inputs at some late layers (an oracle,
 captured by an exact pass of the bulk) and from the maps at the others.
 
-    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] [--keep k|v] [--local C,P] LAYERS -- LAB_ARGS
+    python -m lab.experiments.late_inputs_exact [--maps MAPS.pt] [--share F] [--keep k|v] [--local C,P]
+        LAYERS -- LAB_ARGS
 
 LAYERS: `maps` (the maps everywhere: the control), `global` (the global layers above the split exact,
 the sliding-window ones predicted), `windowed` (the reverse), `all`, or a comma-separated list of
@@ -11,8 +12,9 @@ them). --share F: at each of LAYERS only the share F of the rows whose predicted
 from the exact one takes the exact one (MixedSource). --keep k (v): at LAYERS only K (V) from the exact
 input, the other from the prediction. --local C,P: the "exact" inputs come from the model run on
 blocks of C rows, each with the P rows before it and the document's first token (global layers
-see that much, not the whole document), not from one exact pass (local_streams.py). LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's
-lines (they are reused) and whose --modes names one RidgeFill setting. Only the documents' shared rows
+see that much, not the whole document), not from one exact pass (local_streams.py).
+LAB_ARGS: a `python -m lab ... fidelity ...` command line whose --out file already holds exact's lines
+(they are reused) and whose --modes names one RidgeFill setting. Only the documents' shared rows
 (prefix_snapshot) take the oracle; the rows a question adds after them, the sliding windows written
 around the rows guided makes exact, and the rows made exact themselves are as in the app.
 """
@@ -110,7 +112,8 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
         if keep:
             writer = runtime(engine).writer
             exact_half_only(writer, lambda: source, keep)
-        print(f"bulk of {len(tokens)} rows: {'local' if local else 'exact'} inputs at layers {sorted(layers)}, the others from "
+        source_name = "by-block" if local else "exact"
+        print(f"bulk of {len(tokens)} rows: {source_name} inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
         try:
             with injection.one_torch_thread():
@@ -122,7 +125,7 @@ def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, ke
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage=__doc__.splitlines()[4].strip())
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage=" ".join(line.strip() for line in __doc__.splitlines()[4:6]))
     ap.add_argument("--maps", default=None)
     ap.add_argument("--share", type=float, default=1.0)
     ap.add_argument("--keep", choices=["k", "v"], default=None)
