@@ -217,7 +217,7 @@ def _ready(engine, load_s: float) -> EngineReady:
     return EngineReady(os.getpid(), str(info.path), info.name, info.architecture, info.n_layer, info.n_embd,
                        engine.n_ctx_max, info.n_ctx_train, int(defaults.default_split(info)),
                        int(defaults.default_tail(info)), int(defaults.MIN_TAIL), int(defaults.MIN_BULK), load_s,
-                       summary(read_tuned(info)), sampling=info.sampling)
+                       summary(read_tuned(info)), sampling=info.sampling, default_mode=defaults.default_mode(info))
 
 
 def _warm_up(engine) -> None:

@@ -69,6 +69,7 @@ class EngineReady:
     load_s: float
     tuned: str = ""  # the tuned split's line for the RidgeFill panel ("" when the model was never tuned)
     sampling: tuple = ()  # the file's recommended sampling, as ModelInfo.sampling (backend/sampling.py)
+    default_mode: str = "guided"  # the RidgeFill mode this model runs unless asked (defaults.default_mode)
 
     def as_dict(self) -> dict:
         return asdict(self)

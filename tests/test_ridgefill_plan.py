@@ -209,16 +209,29 @@ def test_a_request_is_refused_like_a_plan():
     assert f"fewer than {MIN_BULK:,}" in note
 
 
-def test_gemma3_gets_its_window_as_tail_and_runs_guided():
+def test_gemma3_gets_its_window_as_tail_and_runs_speed_by_default():
     from backend.ridgefill.defaults import SLIDING_WINDOW_TAIL, default_mode, default_split
 
     info = _info("gemma3", n_layer=18, n_embd=640, sliding_window=512)  # Gemma 3 270M's GGUF says 512
     split = default_split(info, tuned=False)
     maps = FakeMaps(split, tuple(range(split + 1, 18)), "gemma-s")
     eng = FakeEngine(info=info, ridgefill=FakeRuntime(windows=_windowed({0, 1, 2, 3, 4}), found=maps))
-    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
-    assert (plan.mode, plan.split, plan.tail) == ("guided", split, SLIDING_WINDOW_TAIL) and plan.note == ""
-    assert default_mode(info) == plan.mode == default_mode(_info()) == "guided"
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode=default_mode(info)), LONG)
+    assert (plan.mode, plan.split, plan.tail) == ("speed", split, SLIDING_WINDOW_TAIL) and plan.note == ""
+    assert default_mode(_info()) == "guided"  # SmolLM2 and every model the table does not name
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)  # asked for: runs as asked
+    assert plan.mode == "guided" and plan.note == ""
+
+
+def test_a_tuned_record_gives_its_mode_as_well_as_its_split(tmp_path, monkeypatch):
+    from backend.ridgefill import defaults, tuned
+
+    info = _info("gemma3", n_layer=18, n_embd=640, sliding_window=512)
+    monkeypatch.setattr(tuned, "maps_dir", lambda: tmp_path)
+    assert defaults.default_mode(info) == "speed"
+    tuned.write_tuned(info, {"split": 5, "tail": 512, "mode": "guided"})
+    assert (defaults.default_split(info), defaults.default_mode(info)) == (5, "guided")
+    assert defaults.default_mode(info, tuned=False) == "speed"
 
 
 def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split_or_the_first_above():

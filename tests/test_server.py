@@ -13,7 +13,7 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from app.commands.serve import DEFAULT_MODE  # noqa: E402
+from backend.ridgefill.defaults import DEFAULT_MODE  # noqa: E402
 from app.server.schema import ApiError, Defaults, parse_request  # noqa: E402
 from backend.sampling import APP_DEFAULTS, GREEDY  # noqa: E402
 
@@ -220,6 +220,24 @@ def test_left_out_sampling_is_the_models_default():
     assert req.stop == ["\n"] and not req.stop_loops  # stop strings reach the engine; a client's loop is its own
     with pytest.raises(ApiError):
         parsed({"min_p": 2})
+
+
+def test_left_out_mode_is_the_served_models_default():
+    """A plain `serve` (Defaults without a mode) runs the mode the engine reports for its model
+    (EngineReady.default_mode: Gemma 3 runs speed, SmolLM2 guided); `serve --mode` and the body win."""
+    def mode(body, defaults=Defaults(), model_mode="speed"):
+        return parse_request({"prompt": "x", **body}, chat=False, defaults=defaults,
+                             model_mode=model_mode).request.mode
+
+    assert mode({}) == "speed" and mode({}, model_mode="guided") == "guided"
+    assert mode({}, defaults=Defaults("quality")) == "quality"
+    assert mode({"ridgefill": {"mode": "off"}}) == "off"
+
+
+def test_the_models_list_says_the_default_mode(server, gateway):
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=30) as r:
+        meta = json.load(r)["data"][0]["meta"]
+    assert meta["default_mode"] == gateway.info.default_mode == "guided"  # the suite's model, SmolLM2
 
 
 # ---- bad input ------------------------------------------------------------------------------------

@@ -260,7 +260,7 @@ class MainWindow(QMainWindow):
         if self._shown_model != (str(Path(info.model_path).resolve()), info.n_layer):
             # not the model the header said (a file replaced meanwhile): the engine's word wins
             self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail,
-                              default_mode(info), info.sampling)
+                              info.default_mode, info.sampling)
         self.engine_label.setText(engine_ready_line(info, is_embedded_model(info.model_path)))
         self.controls.set_tuned(getattr(info, "tuned", ""))
         self.check_maps(self.controls.split())

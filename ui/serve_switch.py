@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 from app.engine_client import EngineClient
 from app.engine_protocol import EngineReady, TaskCancelled, TaskEvent, TaskFailed, TaskKind
 from app.server.gateway import Deliver, Ticket, check_payload
-from backend.ridgefill.defaults import DEFAULT_MODE
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +151,7 @@ class ServeSwitch(QObject):
 
             self.gateway = QtGateway(self.client, self)
             try:
-                self.server = LocalServer(self.gateway, defaults=Defaults(DEFAULT_MODE), host=self.host,
+                self.server = LocalServer(self.gateway, defaults=Defaults(), host=self.host,
                                           port=self.port).start()
             except ServerConfigError as exc:
                 self.gateway.deleteLater()

@@ -8,7 +8,6 @@ from app.commands.common import model_path
 from app.commands.sampling_args import add_sampling_args, sampling_from_args, sampling_given
 from app.engine_protocol import EngineSettings
 from backend.protocol import MODES
-from backend.ridgefill.defaults import DEFAULT_MODE  # the mode a request runs when it names none
 KEY_VARIABLE = "RIDGEFILL_API_KEY"
 
 
@@ -23,8 +22,8 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--api-key", default=os.environ.get(KEY_VARIABLE) or None,
                    help=f"require 'Authorization: Bearer KEY' (default: the {KEY_VARIABLE} variable; none)")
-    p.add_argument("--mode", default=DEFAULT_MODE, choices=MODES,
-                   help=f"RidgeFill mode of a request that names none (default {DEFAULT_MODE})")
+    p.add_argument("--mode", default=None, choices=MODES,
+                   help="RidgeFill mode of a request that names none (default: the model's)")
     p.add_argument("--split", type=int, default=None, help="default split S (default: the model's)")
     p.add_argument("--tail", type=int, default=None, help="default exact tail T (default: the model's)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,

@@ -23,6 +23,7 @@ from typing import Any
 
 from backend.documents import DocumentText
 from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
+from backend.ridgefill.defaults import DEFAULT_MODE
 from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -52,7 +53,7 @@ class ApiError(Exception):
 class Defaults:
     """What a request gets for what it leaves out: the app's RidgeFill defaults unless `serve` says."""
 
-    mode: str
+    mode: str | None = None  # None: the served model's default (backend/ridgefill/defaults.default_mode)
     split: int | None = None  # None: the model's default (backend/ridgefill/defaults.py, in the engine)
     tail: int | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -198,8 +199,9 @@ def _stop(body: dict) -> list[str]:
     return [_utf8(s, "stop") for s in stops]
 
 
-def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
-    """The extra body field {"ridgefill": {"mode", "split", "tail", "quality_share", "reuse_prefix"}}."""
+def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None, model_mode: str) -> dict:
+    """The extra body field {"ridgefill": {"mode", "split", "tail", "quality_share", "reuse_prefix"}};
+    `model_mode`: the served model's default mode, where neither the body nor `defaults` names one."""
     opts = body.get("ridgefill") or {}
     if not isinstance(opts, dict):
         raise ApiError(400, "'ridgefill' must be an object, e.g. {\"mode\": \"speed\", \"split\": 18}.",
@@ -208,7 +210,7 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None) -> dict:
     if unknown:
         raise ApiError(400, f"unknown 'ridgefill' option(s): {', '.join(sorted(unknown))}; known: mode, split, "
                        "tail, quality_share, reuse_prefix.", param="ridgefill", code="invalid_value")
-    mode = opts.get("mode", defaults.mode)
+    mode = opts.get("mode", defaults.mode or model_mode)
     if not isinstance(mode, str) or mode not in MODES:
         raise ApiError(400, f"ridgefill.mode {shown(mode)} is not one of {', '.join(MODES)}.", param="ridgefill.mode",
                        code="invalid_value")
@@ -242,9 +244,10 @@ def _sampling(body: dict, base: SamplingParams) -> SamplingParams:
 
 
 def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | None = None,
-                  recommended: tuple = ()) -> Parsed:
+                  recommended: tuple = (), model_mode: str = DEFAULT_MODE) -> Parsed:
     """A /v1/chat/completions (chat=True) or /v1/completions body -> what to run; ApiError(400) if wrong.
-    `recommended`: the model file's recommended sampling (EngineReady.sampling), under what it leaves out."""
+    `recommended`: the model file's recommended sampling (EngineReady.sampling), under what it leaves out;
+    `model_mode`: the model's default RidgeFill mode, under `defaults.mode`."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
@@ -269,7 +272,7 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
     so = body.get("stream_options") or {}
     if not isinstance(so, dict):
         raise ApiError(400, "'stream_options' must be an object.", param="stream_options", code="invalid_type")
-    rf = _ridgefill(body, defaults, n_layer)
+    rf = _ridgefill(body, defaults, n_layer, model_mode)
     stop = _stop(body)
     if chat:
         messages = _messages(body)
@@ -352,4 +355,4 @@ def model_card(model_id: str, info) -> dict:
     return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "ridgefill-desktop",
             "meta": {"name": info.model_name, "architecture": info.architecture, "n_layer": info.n_layer,
                      "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "default_split": info.default_split,
-                     "default_tail": info.default_tail}}
+                     "default_tail": info.default_tail, "default_mode": getattr(info, "default_mode", DEFAULT_MODE)}}

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 
-# The RidgeFill mode the app runs when RidgeFill is on (docs/measurements/recall.md#recall-of-guided-at-the-defaults)
+# The RidgeFill mode the app runs when RidgeFill is on, unless MEASURED_MODES says otherwise for the model
+# (docs/measurements/recall.md#recall-of-guided-at-the-defaults)
 DEFAULT_MODE = "guided"
 
 MIN_BULK = 1024  # fewer bulk rows than this: nothing to win, run exact
@@ -75,9 +76,27 @@ def mode_that_runs(mode: str, windows_evicted: bool) -> str:
     return "speed" if windows_evicted and mode in REDECODING_MODES else mode
 
 
-def default_mode(info) -> str:  # noqa: ARG001 - every model the app opens keeps its windows (swa_full)
-    """The mode RidgeFill runs for this model when none is asked for."""
-    return DEFAULT_MODE
+# (architecture, n_layer, n_embd) -> the mode that runs by default where it is not DEFAULT_MODE
+MEASURED_MODES = {
+    # Gemma 3 270M at S = 11: guided's rows moved exact's replies no less than speed's none, and cost a
+    # follow-up 5.6x exact's: docs/LONG_DOCUMENTS.md#speed-or-guided-at-s--11-2026-12-07
+    ("gemma3", 18, 640): "speed",
+}
+
+
+def default_mode(info, tuned: bool = True) -> str:
+    """The mode RidgeFill runs for this model when none is asked for: the one its split was tuned for
+    (when `tuned` and this model was tuned), else the measured table, else DEFAULT_MODE. `info`: a
+    ModelInfo, or anything with architecture, n_layer and n_embd (an EngineReady)."""
+    if tuned:
+        from ..protocol import RIDGEFILL_MODES
+        from .tuned import read_tuned
+
+        rec = read_tuned(info)
+        if rec is not None and rec.get("mode") in RIDGEFILL_MODES:
+            return rec["mode"]
+    key = (getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None))
+    return MEASURED_MODES.get(key, DEFAULT_MODE)
 
 
 def default_tail(info) -> int:

@@ -243,7 +243,7 @@ def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None 
     t_start = time.perf_counter()
     info = engine.info
     default = defaults.default_split(info, tuned=False)  # the measured default, never an earlier tune's
-    mode = mode or defaults.default_mode(info)
+    mode = mode or defaults.default_mode(info, tuned=False)  # the measured default, as the split
     tail = defaults.tail_or_default(info, tail)
     splits = _checked_splits(splits, info, default, runtime(engine).min_split)
     long = long_length(engine) if long is None else long

@@ -6,7 +6,7 @@ import sys
 
 from app.commands.common import open_engine, str_list
 from backend.protocol import RIDGEFILL_MODES
-from backend.ridgefill.defaults import DEFAULT_MODE, split_or_default, tail_or_default
+from backend.ridgefill.defaults import default_mode, split_or_default, tail_or_default
 from lab.evals.ttft import rows_as_dicts, run_ttft_bench
 
 
@@ -15,8 +15,8 @@ def register(sub) -> None:
     p.add_argument("--lengths", default="2048,4096,8000", help="prompt lengths in tokens, comma-separated")
     p.add_argument("--split", type=int, default=None, help="RidgeFill split S (default: the model's)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
-    p.add_argument("--mode", default=DEFAULT_MODE, choices=RIDGEFILL_MODES,
-                   help=f"the RidgeFill mode to time (default {DEFAULT_MODE})")
+    p.add_argument("--mode", default=None, choices=RIDGEFILL_MODES,
+                   help="the RidgeFill mode to time (default: the model's)")
     p.add_argument("--settings", type=str_list, default=None,
                    help="several RidgeFill settings against the same exact runs, e.g. guided:6,guided:5,guided:6w "
                         "(w: the bulk's attention below the split windowed); overrides --mode and --split")
@@ -32,6 +32,7 @@ def run(args) -> int:
     # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
     split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
+    args.mode = args.mode or default_mode(engine.info)
     rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
                           on_progress=lambda msg: print(f"  {msg}", file=sys.stderr), exact_engine=exact,
                           settings=args.settings)

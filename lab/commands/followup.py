@@ -10,7 +10,7 @@ from pathlib import Path
 from app.commands.common import float_list, int_list, open_engine
 from backend.recall.needles import make_items
 from backend.recall.stats import mcnemar_exact
-from backend.ridgefill.defaults import DEFAULT_MODE
+from backend.ridgefill.defaults import default_mode
 from lab.commands.common import add_split_tail, haystack_of, say, split_tail
 from lab.evals.followup import run_followup
 
@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--depths", type=float_list, default=[0.1, 0.3, 0.5, 0.7])
     p.add_argument("--haystack", default="corpus", help="filler, corpus (default), ledger, or a text file")
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--mode", default=DEFAULT_MODE)
+    p.add_argument("--mode", default=None, help="the RidgeFill mode (default: the model's)")
     add_split_tail(p)
     p.add_argument("--out", required=True, help="JSON lines file; an existing one is resumed")
     p.set_defaults(func=run)
@@ -30,6 +30,7 @@ def register(sub) -> None:
 def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
+    args.mode = args.mode or default_mode(engine.info)
     items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=["multikey"],
                        haystack=haystack_of(args), reps=args.reps)
     out = Path(args.out)

@@ -55,7 +55,7 @@ def run(args) -> int:
     if args.url:
         report, hostile = load_with_hostile(args.url.rstrip("/"), args)
     else:
-        from app.commands.serve import DEFAULT_MODE, engine_settings
+        from app.commands.serve import engine_settings
         from app.server.gateway import ProcessGateway
         from app.server.runner import LocalServer
         from app.server.schema import Defaults
@@ -63,7 +63,7 @@ def run(args) -> int:
         gateway = ProcessGateway(engine_settings(args)).start()
         try:
             pid = gateway.wait_ready().pid
-            server = LocalServer(gateway, defaults=Defaults(DEFAULT_MODE), port=0, max_queue=args.max_queue).start()
+            server = LocalServer(gateway, defaults=Defaults(), port=0, max_queue=args.max_queue).start()
             try:
                 report, hostile = load_with_hostile(server.url, args)
                 restarts = int(gateway.info is None or gateway.info.pid != pid)  # a request restarted the engine
