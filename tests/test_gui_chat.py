@@ -214,6 +214,11 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     req = window.chat.build_request("q")
     # the mode box starts at the default; the tail left at the model's default is asked as None (the engine's)
     assert (req.mode, req.split, req.tail) == (DEFAULT_MODE, 5, None)
+    assert "use guided" not in c.split_label.text()
+    c.mode_box.setCurrentIndex(c.mode_box.findData("speed"))  # below the default split: speed is told off
+    assert f"Below S = {c.model_defaults[0]}, use guided" in c.split_label.text()
+    c.mode_box.setCurrentIndex(c.mode_box.findData(DEFAULT_MODE))
+    assert "use guided" not in c.split_label.text()
     c.tail_spin.setValue(c.tail() + 64)
     c.slider.setValue(c.model_defaults[0])
     req = window.chat.build_request("q")

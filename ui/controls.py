@@ -131,6 +131,7 @@ class RidgeFillControls(QGroupBox):
         self._settle.timeout.connect(self._settled)
         self.toggle.toggled.connect(self._on_change)
         self.mode_box.currentIndexChanged.connect(self._on_change)
+        self.mode_box.currentIndexChanged.connect(self._update_label)
         self.slider.valueChanged.connect(self._on_split)
         self.tail_spin.valueChanged.connect(self._on_change)
         self.get_btn.clicked.connect(lambda: self.get_maps.emit(self.split()))
@@ -241,7 +242,11 @@ class RidgeFillControls(QGroupBox):
             self.split_label.setText("(no model)")
             return
         s, last = self.split(), self.n_layer - 1
-        self.split_label.setText(f"S = {s}: layers {s}–{last} predicted for bulk rows; layers 0–{s - 1} exact")
+        text = f"S = {s}: layers {s}–{last} predicted for bulk rows; layers 0–{s - 1} exact"
+        if self.mode_box.currentData() == "speed" and self.model_defaults and s < self.model_defaults[0]:
+            # speed below a measured split loses the needles guided keeps (docs/USAGE.md#defaults-per-model)
+            text += f". Below S = {self.model_defaults[0]}, use guided: speed loses what the question needs"
+        self.split_label.setText(text)
 
     def _on_change(self, *_) -> None:
         on = self.toggle.isChecked()
