@@ -1,6 +1,6 @@
 """Done-when of the one-click-maps issue, on the second real model: Gemma 3 270M with no maps goes
 through Get maps (nothing published: the fit path, a small capture), a tiny tune in its default mode,
-guided (one candidate, one needle item, a short TTFT prompt), and a speed request that runs RidgeFill
+speed (one candidate, one needle item, a short TTFT prompt), and a speed request that runs RidgeFill
 with the fitted maps."""
 from __future__ import annotations
 
@@ -44,13 +44,15 @@ def test_gemma3_gets_maps_by_fitting_then_tunes_then_runs_speed(gemma3_path):  #
                           real_per_part=0)  # real questions: tests/test_tune_realqa.py
         brief = result.brief()
         assert list(brief) == ["model", "split", "tail", "mode", "candidates"]
-        assert (brief["tail"], brief["mode"]) == (512, "guided")  # gemma3: its sliding window as the tail
+        # gemma3: its sliding window as the tail, and speed, its default mode (defaults.MEASURED_MODES)
+        assert (brief["tail"], brief["mode"]) == (512, "speed")
         (cand,) = brief["candidates"]
         assert cand["split"] == 12 and cand["n"] == 1 and cand["ratio"] > 0
-        assert result.candidates[0].mode_run == "guided" and result.candidates[0].maps == "cached"
+        assert result.candidates[0].mode_run == "speed" and result.candidates[0].maps == "cached"
         assert result.long_length == 0  # a 2,048-token context holds no long item
         rec = read_tuned(engine.info)
         assert rec is not None and rec["split"] == brief["split"] == defaults.default_split(engine.info)
+        assert rec["mode"] == defaults.default_mode(engine.info) == "speed"
         t_tune = time.perf_counter() - t0 - t_maps
 
         toks = engine.tokenize(" ".join(corpus_texts()))[:1600]
