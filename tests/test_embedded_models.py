@@ -104,6 +104,21 @@ def test_the_shipped_maps_fit_the_assembled_file(real_default):
     assert maps.split == split == 11
 
 
+def test_the_default_model_runs_speed_and_fidelity_measures_that(real_default):
+    """Gemma 3 270M's default mode is speed (defaults.MEASURED_MODES); `lab fidelity` without --modes
+    compares the mode the app runs, beside q8_0's cache."""
+    from types import SimpleNamespace
+
+    from backend.model_file import read_model_info
+    from backend.ridgefill.defaults import default_mode
+    from lab.commands.fidelity import default_settings
+
+    path = embedded_model_path()
+    assert default_mode(read_model_info(path)) == "speed"
+    assert default_settings(SimpleNamespace(model=str(path))) == ["speed", "q8"]
+    assert default_settings(SimpleNamespace(model=None)) == ["speed", "q8"]  # the embedded default
+
+
 def test_the_bundles_own_copy_is_the_catalogue_entrys_file(monkeypatch, tmp_path):
     """The packaged app has no gemma3 package, only its assembled file, named by RIDGEFILL_EMBEDDED_MODEL
     (packaging/rthooks): the Models tab lists that file as the embedded Gemma's."""

@@ -24,7 +24,14 @@ from lab.evals.fidelity import FidelityRun, parse_setting
 from lab.evals.fidelity_report import exact_accuracy, report
 from lab.evals.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
 
-DEFAULT_SETTINGS = "guided,q8"
+
+
+def default_settings(args) -> list[str]:
+    """The model's default mode (at its default split) beside q8_0's cache: what the app runs, and the yardstick."""
+    from backend.model_file import read_model_header
+    from backend.ridgefill.defaults import default_mode
+
+    return [default_mode(read_model_header(model_path(args))), "q8"]
 
 
 def register(sub) -> None:
@@ -34,8 +41,9 @@ def register(sub) -> None:
                    help="its questions: [{\"question\": ..., \"answer\": ... (optional)}]")
     p.add_argument("--half", choices=[CHOOSE, JUDGE], help="without --doc: only this half of the long set")
     p.add_argument("--documents", type=str_list, default=None, help="without --doc: only these long-set documents")
-    p.add_argument("--modes", type=str_list, default=str_list(DEFAULT_SETTINGS),
-                   help=f"settings beside exact: guided, guided:SPLIT, speed, q8, mb128 (default {DEFAULT_SETTINGS})")
+    p.add_argument("--modes", type=str_list, default=None,
+                   help="settings beside exact: guided, guided:SPLIT, speed, speed:SPLIT, q8, mb128 (default: the "
+                        "model's default mode and q8)")
     p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th question of each document (a sample spread over it)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
     p.add_argument("--out", default=None, help="JSON lines file (default: <data dir>/evals/fidelity.jsonl); resumed")
@@ -61,7 +69,7 @@ def documents(args) -> list[QuestionedDocument]:
 
 
 def run(args) -> int:
-    settings = [parse_setting(s) for s in args.modes]
+    settings = [parse_setting(s) for s in (args.modes or default_settings(args))]
     docs = documents(args)
     if args.every > 1:
         docs = [replace(d, questions=d.questions[:: args.every]) for d in docs]
