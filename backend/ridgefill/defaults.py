@@ -8,7 +8,8 @@ default) makes the rows the question attends to exact, which moved SmolLM2's spl
 S = 18 keeps (docs/measurements/real-questions.md#real-questions-about-real-documents), so 18 is its default. On Gemma 3 (sliding-window layers) guided keeps every row's
 window (EngineConfig.swa_full) and scores at a global layer at or below the split, which lets Gemma 3
 270M run at S = 5, its first global layer: fast, but layer 11's predicted keys move exact's replies
-there, so its default is S = 11, which computes them.
+there, so its default is S = 11, which computes them; at S = 11 guided's rows no longer pay for what they
+cost a follow-up, so it runs `speed` (MEASURED_MODES).
 Other models: two thirds of the layers (above both measured cliffs, as a share), until a sweep says more.
 A model tuned on this machine (`python -m app tune`, backend/tuning/tune.py) has its split measured:
 the tuned record beside the maps (backend/ridgefill/tuned.py) wins over both.
@@ -78,8 +79,9 @@ def mode_that_runs(mode: str, windows_evicted: bool) -> str:
 
 # (architecture, n_layer, n_embd) -> the mode that runs by default where it is not DEFAULT_MODE
 MEASURED_MODES = {
-    # Gemma 3 270M at S = 11: guided's rows moved exact's replies no less than speed's none, and cost a
-    # follow-up 5.6x exact's: docs/LONG_DOCUMENTS.md#speed-or-guided-at-s--11-2026-12-07
+    # Gemma 3 270M at S = 11: guided's rows kept no more answers or needles than speed and moved exact's
+    # replies as much on average (their size by 0.01 nats/token less), and cost a follow-up 5.6x exact's:
+    # docs/LONG_DOCUMENTS.md#speed-or-guided-at-s--11-2026-12-07
     ("gemma3", 18, 640): "speed",
 }
 

@@ -25,7 +25,6 @@ from lab.evals.fidelity_report import exact_accuracy, report
 from lab.evals.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
 
 
-
 def default_settings(args) -> list[str]:
     """The model's default mode (at its default split) beside q8_0's cache: what the app runs, and the yardstick."""
     from backend.model_file import read_model_header
