@@ -19,6 +19,7 @@ from typing import Any, Union
 
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import AUTO_CTX, CompletionRequest, N_BATCH
+from backend.ridgefill.defaults import DEFAULT_MODE
 
 
 class TaskKind(str, Enum):
@@ -69,7 +70,7 @@ class EngineReady:
     load_s: float
     tuned: str = ""  # the tuned split's line for the RidgeFill panel ("" when the model was never tuned)
     sampling: tuple = ()  # the file's recommended sampling, as ModelInfo.sampling (backend/sampling.py)
-    default_mode: str = "guided"  # the RidgeFill mode this model runs unless asked (defaults.default_mode)
+    default_mode: str = DEFAULT_MODE  # the RidgeFill mode this model runs unless asked (defaults.default_mode)
 
     def as_dict(self) -> dict:
         return asdict(self)
