@@ -35,7 +35,7 @@ def run(args) -> int:
     from app.commands.common import say_note, stage_printer
     from backend.hub.get_maps import CaptureOptions, get_maps
     from backend.model_file import read_model_info
-    from backend.ridgefill.activation_store import load_activations
+    from backend.ridgefill.calibration import current_activations
     from backend.ridgefill.defaults import split_or_default
     from backend.ridgefill.maps import load_maps
 
@@ -51,7 +51,7 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     if (args.stride or args.seq_tokens or args.capture_tokens) and not args.recapture \
-            and load_activations(path) is not None:
+            and current_activations(path) is not None:
         print("note: activations are cached; --stride/--seq-tokens/--capture-tokens apply with --recapture",
               file=sys.stderr)
     capture = CaptureOptions(max_tokens=args.capture_tokens, seq_tokens=args.seq_tokens, stride=args.stride,

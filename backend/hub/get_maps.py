@@ -212,7 +212,7 @@ def _fit(model_path: Path, split: int, settings: HubSettings, out_dir: Path, map
             if folder.is_dir():
                 shutil.rmtree(folder)
                 note("capturing the calibration activations again (--recapture)")
-        acts = activation_store.load_activations(model_path)
+        acts = calibration.current_activations(model_path)
         captured_now = acts is None
         if acts is None:
             state = activation_store.capture_state(model_path)

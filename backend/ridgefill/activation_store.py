@@ -60,12 +60,15 @@ def cache_folder(model_path) -> Path:
     return activations_dir() / variant_key(model_fingerprint(model_path))
 
 
-def load_activations(model_path) -> Activations | None:
-    """The cached activations of this exact model, or None (absent, unfinished, stale or unreadable)."""
+def load_activations(model_path, corpus_digest: str | None = None) -> Activations | None:
+    """The cached activations of this exact model, or None (absent, unfinished, stale or unreadable);
+    with `corpus_digest`, also None when they were captured from other calibration text."""
     folder = cache_folder(model_path)
     try:
         facts = json.loads((folder / FACTS).read_text(encoding="utf-8"))
         if facts.get("cache_version") != CACHE_VERSION or facts.get("fingerprint") != model_fingerprint(model_path):
+            return None
+        if corpus_digest is not None and facts.get("corpus_digest") != corpus_digest:
             return None
         files = [folder / PARTS / name for name in facts["parts"]]
         docs = []

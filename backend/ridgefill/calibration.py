@@ -144,6 +144,12 @@ def _facts(engine, progress: dict, corpus: CalibrationTexts, resumed: int, run_s
     }
 
 
+def current_activations(model_path) -> Activations | None:
+    """The cached activations of this model captured from today's calibration text, or None: a cache
+    from an earlier corpus (the prose alone) is captured again."""
+    return load_activations(model_path, calibration_texts().digest)
+
+
 def ensure_activations(
     model_path: str | os.PathLike,
     on_progress: Callable[[str, int, int], None] | None = None,
@@ -156,9 +162,9 @@ def ensure_activations(
     disk_free: Callable[[Path], int] | None = None,
     n_threads: int | None = None,
 ) -> Activations:
-    """Cached activations of this model, capturing them first (a few minutes; resumed where an
-    unfinished capture stopped) when there are none."""
-    acts = load_activations(model_path)
+    """Cached activations of this model from today's calibration text, capturing them first (a few
+    minutes; resumed where an unfinished capture stopped) when there are none."""
+    acts = current_activations(model_path)
     if acts is not None:
         return acts
     kw = dict(stride=stride, max_tokens=max_tokens, seq_tokens=seq_tokens, on_progress=on_progress, cancel=cancel,

@@ -1,4 +1,4 @@
-"""The calibration text: the shipped prose corpus (or texts given instead) and, for each text, a
+"""The calibration text: the shipped prose and technical texts (or texts given instead) and, for each text, a
 chat-formatted copy rendered with the model's own template, as token sequences ready to capture."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from backend.corpus import corpus_files
+from backend.corpus import calibration_files
 from backend.documents import document_messages
 from backend.protocol import ChatMessage, CompletionRequest
 
@@ -35,9 +35,10 @@ class CalibrationTexts:
 
 
 def calibration_texts(texts: list[str] | None = None) -> CalibrationTexts:
-    """The shipped corpus, or `texts` when given; ValueError when there is no text."""
+    """The shipped calibration text (prose and technical), or `texts` when given; ValueError when there
+    is no text."""
     if texts is None:
-        files = corpus_files()
+        files = calibration_files()
         found = CalibrationTexts([p.read_text(encoding="utf-8") for p in files], corpus_digest(files),
                                  [p.name for p in files])
     else:
