@@ -21,7 +21,7 @@ from backend.recall.report import p_value, table
 from backend.user_paths import data_dir
 from lab.commands.common import say
 from lab.evals.fidelity import FidelityRun, parse_setting
-from lab.evals.fidelity_report import exact_accuracy, report
+from lab.evals.fidelity_report import WITHIN, YARDSTICK, exact_accuracy, per_document, report
 from lab.evals.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
 
 
@@ -88,7 +88,8 @@ def run(args) -> int:
     finally:
         for engine in engines.values():
             engine.close()
-    figures = {"exact": exact_accuracy(lines), "settings": report(lines)}
+    figures = {"exact": exact_accuracy(lines), "settings": report(lines),
+               "documents": {s.name: per_document(lines, s.name) for s in settings if s.name != YARDSTICK}}
     print(json.dumps(figures, indent=1) if args.json else fidelity_text(figures))
     return 0
 
@@ -121,7 +122,24 @@ def fidelity_text(figures: dict) -> str:
         rows = [_row(group, g) for group, g in groups.items()]
         out += ["", f"{setting} against exact (ΔNLL: nats per token of exact's reply; right: claim in the first sentence)",
                 table(["group", "n", "ΔNLL", "95% CI", "mean |ΔNLL|", "changed", "right / exact's", "kept", "p"], rows)]
+    for setting, docs in figures.get("documents", {}).items():
+        out += ["", *_document_lines(setting, docs, figures["settings"][setting]["all"])]
     return "\n".join(out)
+
+
+def _document_lines(setting: str, docs: list[dict], overall: dict) -> list[str]:
+    """Per document against the yardstick, worst first, and the worst beside the overall mean."""
+    if not docs:
+        return [f"{setting}: no document has q8 beside it (add q8 to --modes to judge per document)"]
+    rows = [[d["document"], d["n"], f"{d['dnll']:+.3f}", f"{d['q8_abs']:.3f}", f"{d['ratio']:.1f}×",
+             "yes" if d["within"] else "NO"] for d in docs]
+    worst = docs[0]
+    mean = f"{overall['dnll']:+.3f}" if "dnll" in overall else "-"
+    return [f"{setting} per document (mean ΔNLL against q8_0's mean |ΔNLL| on the same questions; "
+            f"within: at most {WITHIN:g}×)",
+            table(["document", "n", "ΔNLL", "q8 |ΔNLL|", "ratio", "within"], rows),
+            f"worst document: {worst['document']} at {worst['ratio']:.1f}× q8_0's (ΔNLL {worst['dnll']:+.3f}, "
+            f"n = {worst['n']}); overall mean ΔNLL {mean}; {sum(d['within'] for d in docs)} of {len(docs)} documents within"]
 
 
 def _row(group: str, g: dict) -> list:

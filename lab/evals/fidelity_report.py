@@ -78,3 +78,25 @@ def exact_accuracy(lines: list[dict]) -> dict:
     scored = [r for r in exact if "skipped" in r or r.get("right") is not None]
     return {"n": len(scored), "right": sum(bool(r.get("right")) for r in scored),
             "skipped": sum("skipped" in r for r in scored)}
+
+
+YARDSTICK = "q8"
+WITHIN = 2.0  # the target: a document's mean ΔNLL at most twice q8_0's mean |ΔNLL| on the same questions
+
+
+def per_document(lines: list[dict], setting: str) -> list[dict]:
+    """Each document's mean ΔNLL under `setting` beside q8_0's mean |ΔNLL| on the same questions (both
+    measured), and their ratio; worst ratio first. Empty when q8 was not run."""
+    ours = {e["id"]: (e, o) for e, o in _pairs(lines, setting)}
+    yard = {e["id"]: (e, o) for e, o in _pairs(lines, YARDSTICK)}
+    by_doc: dict[str, list[tuple[float, float]]] = {}
+    for i in ours.keys() & yard.keys():
+        (e, o), (_, q) = ours[i], yard[i]
+        if None not in (e.get("nll_ref"), o.get("nll_ref"), q.get("nll_ref")):
+            by_doc.setdefault(e["document"], []).append((o["nll_ref"] - e["nll_ref"], q["nll_ref"] - e["nll_ref"]))
+    rows = []
+    for doc, pairs in by_doc.items():
+        dnll, q8_abs = float(np.mean([d for d, _ in pairs])), float(np.mean([abs(q) for _, q in pairs]))
+        rows.append({"document": doc, "n": len(pairs), "dnll": dnll, "q8_abs": q8_abs,
+                     "ratio": dnll / q8_abs if q8_abs > 0 else float("inf"), "within": dnll <= WITHIN * q8_abs})
+    return sorted(rows, key=lambda r: -r["ratio"])
