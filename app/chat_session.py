@@ -101,3 +101,19 @@ def note_added(conv: Conversation, added: list[Document]) -> Message | None:
 
 def answer_count(conv: Conversation) -> int:
     return sum(1 for m in conv.messages if m.role == "assistant")
+
+
+def apply_check(conv: Conversation, check: dict) -> Message | None:
+    """Record an engine's check (backend/answer_check.py) on the answer it is for, the latest complete
+    RidgeFill answer of `conv` not checked yet, whose text is the one checked; a corrected answer's text
+    becomes exact's (RidgeFill's stays in the check). None: the check is for another chat, or came twice."""
+    for m in reversed(conv.messages):
+        if m.role == "assistant" and m.complete and m.check is None and m.exact is None \
+                and (m.timings or {}).get("mode", "off") != "off":
+            if m.content != check.get("shown_answer"):
+                return None
+            m.check = check
+            if check.get("verdict") == "corrected" and isinstance(check.get("exact_answer"), str):
+                m.content = check["exact_answer"]
+            return m
+    return None

@@ -42,6 +42,9 @@ class Message:
     sources: list[dict] | None = None  # backend.sources.Source.as_dict() of the answer, best first
     # backend.exact_spans.ExactSpan.as_dict(): the documents' text RidgeFill made exact for this answer
     exact_spans: list[dict] | None = None
+    # backend.answer_check.AnswerCheck.as_dict(): a RidgeFill answer checked against exact's once its
+    # document was exact ("checked", or "corrected": content is then exact's, shown_answer RidgeFill's)
+    check: dict | None = None
     extra: dict = field(default_factory=dict)  # fields a newer version wrote: kept and written back as they were
 
 
@@ -101,7 +104,7 @@ Conversation.document = property(_first_document, _only_document)
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
 _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
                   "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None)),
-                  "exact_spans": (list, type(None))}
+                  "exact_spans": (list, type(None)), "check": (dict, type(None))}
 
 
 def _is_document(doc) -> bool:

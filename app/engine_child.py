@@ -233,15 +233,15 @@ def _warm_up(engine) -> None:
         logging.getLogger("engine").debug("RidgeFill warm-up failed", exc_info=True)
 
 
-def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HANDLERS) -> bool:
-    """Serve one task; True when it ended in TaskDone."""
+def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HANDLERS) -> tuple[bool, Any]:
+    """Serve one task; (True, its result) when it ended in TaskDone, else (False, None)."""
     from backend.errors import Cancelled, RidgeFillError
 
     tid = task.id
     book.starting(tid)
     if book.is_cancelled(tid):
         events.put(TaskCancelled(tid, "cancelled before it started"))
-        return False
+        return False, None
 
     def cancel() -> bool:
         return book.is_cancelled(tid)
@@ -250,8 +250,9 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HAN
         events.put(TaskEvent(tid, ev))
 
     try:
-        events.put(TaskDone(tid, handlers[task.kind](engine, task.payload, on_event, cancel)))
-        return True
+        result = handlers[task.kind](engine, task.payload, on_event, cancel)
+        events.put(TaskDone(tid, result))
+        return True, result
     except Cancelled as exc:
         events.put(TaskCancelled(tid, str(exc)))
     except RidgeFillError as exc:
@@ -259,7 +260,7 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HAN
     except Exception as exc:  # noqa: BLE001 - a bug in a handler must not kill the engine
         logging.getLogger("engine").exception("task %s failed", task.kind.value)
         events.put(TaskFailed(tid, type(exc).__name__, f"unexpected failure in {task.kind.value}: {exc}"))
-    return False
+    return False, None
 
 
 class _IdleLoop:
@@ -279,9 +280,10 @@ class _IdleLoop:
         self.events = events
         self._sent_at = 0.0
 
-    def after(self, task: TaskMessage, done: bool) -> None:
+    def after(self, task: TaskMessage, ended: tuple[bool, Any]) -> None:
+        done, result = ended
         if task.kind == TaskKind.COMPLETE and done:
-            self.work.after_completion()
+            self.work.after_completion(task.payload, result)
         elif task.kind not in KEEPS_THE_DOCUMENT:
             self.work.forget()  # the context was used otherwise, or the prefill stopped midway
         if task.kind in (TaskKind.COMPLETE, TaskKind.CACHE_CLEAR):

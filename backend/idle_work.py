@@ -1,5 +1,6 @@
 """What the engine does while no task waits: sequence 0's prompt saved to the prompt cache, its
-approximated rows made exact (ridgefill/refine.py), then saved again, exact.
+approximated rows made exact (ridgefill/refine.py), the answer RidgeFill gave then checked against
+exact's on that exact cache (answer_check.py), and the prompt saved again, exact.
 
 The one owner of that work, a cooperative task: `step()` does one piece (one save, or one refinement
 chunk) and returns; whoever runs the engine (the engine child, `chat --refine`) calls it while nothing
@@ -14,7 +15,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import Preempted, RidgeFillError
+from .errors import Cancelled, Preempted, RidgeFillError
 from .prompt_cache import PromptCache
 from .prompt_reuse import held_back, save_rows
 
@@ -33,6 +34,7 @@ class DocumentStatus:
     saved: bool = False  # on disk as it is now
     saving: bool = False  # a save of it as it is now is due (none is, after a prefill that stopped midway)
     note: str = ""  # why refinement or saving stopped, if they did
+    answer_check: dict | None = None  # the last RidgeFill answer checked against exact's (AnswerCheck.as_dict)
     cache_entries: int = 0
     cache_bytes: int = 0
     cache_limit: int = 0
@@ -53,31 +55,41 @@ class DocumentStatus:
 class IdleWork:
     """Save, refine, save again: for `engine`'s sequence 0, one piece per `step()`."""
 
-    def __init__(self, engine, cache: PromptCache | None, *, refine: bool = True):
+    def __init__(self, engine, cache: PromptCache | None, *, refine: bool = True, check: bool = True):
         self.engine = engine
         self.cache = cache
         self.refine = refine
+        self.check = check and refine  # a check needs the exact cache refinement makes
+        self._to_check = None  # (request, result) of the last answer with approximated rows
+        self.last_check = None  # answer_check.AnswerCheck, once made
         self._document: list[int] | None = None  # the tokens the work is for
         self._saved = False
         self._held_back = False  # the last save wrote nothing: sequence 0 is saved once exact
         self._save_note = self._refine_note = ""
         self._refinement = None
 
-    def after_completion(self) -> None:
-        """The engine just answered a prompt it prefilled whole: save and refine what it holds."""
+    def after_completion(self, request=None, result=None) -> None:
+        """The engine just answered a prompt it prefilled whole: save and refine what it holds, and check
+        `result` (the answer to `request`) against exact's once it is exact, if RidgeFill approximated rows."""
         self._document = self.engine.slot.tokens
+        approximated = result is not None and result.timings.bulk_n > 0 and result.finish_reason != "cancelled"
+        self._to_check = (request, result) if self.check and approximated else None
         self._saved = self._held_back = False
         self._save_note = self._refine_note = ""
 
     def forget(self) -> None:
         """The context was used for something else (or a prefill stopped midway): nothing to do."""
         self._document = None
+        self._to_check = None
 
     @property
     def pending(self) -> bool:
         if self._document is None or self.engine.slot.tokens != self._document:
             return False
-        return (not self._saved and self.cache is not None) or self._may_refine()
+        return (not self._saved and self.cache is not None) or self._may_refine() or self._check_due()
+
+    def _check_due(self) -> bool:
+        return self._to_check is not None and self.engine.slot.record.all_exact
 
     def _may_refine(self) -> bool:
         return self.refine and not self._refine_note and not self.engine.slot.record.all_exact
@@ -87,6 +99,9 @@ class IdleWork:
         a save and inside a refinement chunk's decode (a stopped piece is done again later)."""
         if not self.pending:
             return False
+        if self._check_due():  # before the exact save
+            self._check_answer(should_stop)
+            return True
         if self.cache is not None and not self._saved:
             self._save(should_stop)
             return True
@@ -120,6 +135,22 @@ class IdleWork:
             self._refinement.close()
             self._refine_note = f"refinement stopped: {exc}"
 
+    def _check_answer(self, should_stop: Callable[[], bool] | None) -> None:
+        from .answer_check import check_answer
+
+        request, result = self._to_check
+        try:
+            self.last_check = check_answer(self.engine, request, result, cancel=should_stop)
+        except (Preempted, Cancelled):  # a task came: checked afterwards, if it leaves the document as it is
+            self._document = self.engine.slot.tokens
+            return
+        except Exception as exc:  # noqa: BLE001 - a failed check leaves the answer as it was, said so
+            log.warning("answer check failed: %s", exc, exc_info=True)
+            self._refine_note = f"the answer could not be checked against exact's ({exc})"
+        self._to_check = None
+        self._document = self.engine.slot.tokens  # as answered, every row exact now
+        self._saved = False
+
     def run(self, should_stop: Callable[[], bool] | None = None) -> None:
         """Steps until there is no work left or `should_stop()` (the CLI: until the end)."""
         while not (should_stop is not None and should_stop()) and self.step(should_stop):
@@ -133,7 +164,8 @@ class IdleWork:
                             saved=self._saved and not self._save_note and not held_back and self._document is not None,
                             saving=self.cache is not None and self.pending and not self._saved,
                             note=" ".join(n for n in (self._save_note, self._refine_note,
-                                                      HELD_BACK_NOTE if never_exact else "") if n))
+                                                      HELD_BACK_NOTE if never_exact else "") if n),
+                            answer_check=self.last_check.as_dict() if self.last_check is not None else None)
         if self.cache is not None:
             entries = self.cache.entries()
             st.cache_entries, st.cache_bytes = len(entries), sum(e.n_bytes for e in entries)

@@ -38,7 +38,7 @@ from ui.chat_documents import NO_DOCUMENT, ChatDocuments
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.document_pane import DocumentPane
-from ui.format import compare_line, eta_line, timings_line
+from ui.format import check_line, compare_line, eta_line, timings_line
 from ui.ttft_chart import TtftChart
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,7 @@ class ChatPanel(ChatDocuments, QWidget):
         QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
         # A bound slot, not a lambda: Qt drops it when this widget is deleted before the service.
         self.service.ready.connect(self._on_engine_ready)
+        self.service.document_changed.connect(self.apply_check)
 
     # ---- conversation ----------------------------------------------------------------------------
     def load_conversation(self, conv: Conversation) -> bool:
@@ -197,16 +198,29 @@ class ChatPanel(ChatDocuments, QWidget):
 
     def _decorate(self, w, m: Message) -> None:
         meta = timings_line(m.timings) if m.timings else ""
-        if m.note:
-            meta = (meta + "\n" if meta else "") + m.note
-        if not m.complete and not m.note:
-            meta = (meta + "\n" if meta else "") + "(answer interrupted)"
-        w.set_meta(meta)
+        note = m.note or ("" if m.complete else "(answer interrupted)")
+        w.set_meta("\n".join(x for x in (meta, note) if x))
         w.set_chips(self.sources_chips(m.sources, m.exact_spans) if m.sources else None)
+        if m.check:
+            w.set_exact(check_line(m.check))
         if m.exact:
             agree = answers_agree(m.content, m.exact.get("content", ""))
             w.set_exact(compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
                         + ("" if agree else f"\nExact answer: {m.exact.get('content', '').strip()}"))
+
+    @Slot(object)
+    def apply_check(self, status) -> None:
+        """Mark the answer the engine checked against exact's, or show exact's instead (chat_session.apply_check)."""
+        m = chat_session.apply_check(self.conv, status.answer_check) if status.answer_check else None
+        w = None if m is None else self.view.widget_at(next(i for i, x in enumerate(self.conv.messages) if x is m))
+        if w is not None:
+            w.set_text(m.content)
+            self._decorate(w, m)
+            self.save()
+
+    @Slot(object)
+    def _on_engine_ready(self, _info) -> None:
+        self.request_count()
 
     # ---- requests --------------------------------------------------------------------------------
     def build_request(self, question: str, **over) -> CompletionRequest:
@@ -215,10 +229,6 @@ class ChatPanel(ChatDocuments, QWidget):
         c = self.controls
         now = {"mode": c.mode(), "split": c.asked_split(), "tail": c.asked_tail(), "max_tokens": self.max_tokens}
         return chat_session.build_request(self.conv, question, **{**now, **over})
-
-    @Slot(object)
-    def _on_engine_ready(self, _info) -> None:
-        self.request_count()
 
     @Slot()
     def request_count(self) -> None:
@@ -234,8 +244,7 @@ class ChatPanel(ChatDocuments, QWidget):
         if not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
             self.count_label.setText("")
             self.too_long = ""
-            self._update_buttons()
-            return
+            return self._update_buttons()
         question = self.input.toPlainText().strip() or "?"
         if self._task_count is not None:
             self._task_count.cancel()  # stale: a count still queued never runs
@@ -246,11 +255,10 @@ class ChatPanel(ChatDocuments, QWidget):
         self._task_count = h
 
     def _count_over(self, h: TaskHandle, res: CountResult | None) -> None:
-        if h is not self._task_count:
-            return
-        self._task_count = None
-        if res is not None:
-            self._show_count(res)
+        if h is self._task_count:
+            self._task_count = None
+            if res is not None:
+                self._show_count(res)
 
     def _show_count(self, c: CountResult) -> None:
         self.last_count = c

@@ -115,6 +115,10 @@ class ChatView(QScrollArea):
         self.scroll_to_end()
         return w
 
+    def widget_at(self, index: int) -> MessageWidget | None:
+        """The widget of the conversation's message `index` (the view adds one per message, in order)."""
+        return self.messages[index] if 0 <= index < len(self.messages) else None
+
     def clear(self) -> None:
         for w in self.messages:
             w.setParent(None)

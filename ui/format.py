@@ -77,3 +77,12 @@ def engine_ready_line(info, embedded: bool) -> str:
     return (f"Engine ready: {info.model_name} ({info.architecture}, {info.n_layer} layers, context "
             f"{info.n_ctx:,}) · loaded in {info.load_s:.1f} s · process {info.pid}"
             + (EMBEDDED_NOTE if embedded else ""))
+
+
+def check_line(check: dict) -> str:
+    """Under a RidgeFill answer, once the engine checked it against exact's (backend/answer_check.py)."""
+    if check.get("verdict") == "checked":
+        return "✓ checked against the exact model: it gives the same answer"
+    shown = " ".join(str(check.get("shown_answer", "")).split())
+    return ("✗ corrected: the exact model answers otherwise, and its answer is shown above.\n"
+            f"RidgeFill's first answer was: {shown}")

@@ -36,6 +36,8 @@ def register(sub) -> None:
                    help="neither load nor save the prompt cache (a document is otherwise saved once prefilled)")
     p.add_argument("--refine", action="store_true",
                    help="before exiting, make the approximated rows exact and save the cache again")
+    p.add_argument("--check", action="store_true",
+                   help="then check RidgeFill's answer against the exact model's on that exact cache, and print both")
     g = p.add_argument_group("remote", "ask an OpenAI-compatible server instead of this machine's engine")
     g.add_argument("--server", default=None, metavar="URL",
                    help="the server's address, e.g. http://192.168.1.20:8080 (this app's `serve`, llama.cpp's server, "
@@ -77,11 +79,12 @@ def run(args) -> int:
         if documents and len(documents) > 1:
             raise DocumentError(f"{exc} {which_fit(engine, documents, args.question, exc.limit - exc.reserved)}") from None
         raise
-    document = _keep_document(engine, cache, args.refine)
+    document = _keep_document(engine, cache, request, result, refine=args.refine or args.check, check=args.check)
     if args.json:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
                           "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict(),
-                          "document": document.as_dict(), "sources": [s.as_dict() for s in result.sources]}))
+                          "document": document.as_dict(), "sources": [s.as_dict() for s in result.sources],
+                          "check": document.answer_check}))
         return 0
     print(("" if stream else result.text) + "\n")
     if result.sources:
@@ -92,7 +95,23 @@ def run(args) -> int:
     if document.tokens:
         saved = "saved" if document.saved else "not saved"
         print(f"  {'prompt cache':<20} {document.line()}, {saved}" + (f" ({document.note})" if document.note else ""))
+    if args.check:
+        print("\n" + check_text(document.answer_check, result.timings.mode))
     return 0
+
+
+def check_text(check: dict | None, mode: str) -> str:
+    """`chat --check`'s verdict, and both answers when they differ."""
+    if check is None:
+        why = "it ran exact" if mode == "off" else "no row was approximated or the document could not be made exact"
+        return f"Check: nothing to check ({why})."
+    dnll = "" if check["dnll"] is None else f"; ΔNLL of RidgeFill's reply on the exact cache {check['dnll']:+.3f} nats/token"
+    head = f"Check ({check['seconds']:.1f} s{dnll}): "
+    if check["verdict"] == "checked":
+        return head + "the exact model gives the same answer. ✓"
+    return (head + "the exact model answers otherwise.\n"
+            f"  exact:     {' '.join(check['exact_answer'].split())}\n"
+            f"  RidgeFill: {' '.join(check['shown_answer'].split())}")
 
 
 def sources_text(sources) -> str:
@@ -119,9 +138,10 @@ def which_fit(engine, documents, question: str, room: int) -> str:
     return f"These documents fit together: {names}; these do not: {rest}."
 
 
-def _keep_document(engine, cache, refine: bool):
-    """Save what the engine holds (and with `refine`, make it exact first, then save it again)."""
-    work = IdleWork(engine, cache, refine=refine)
-    work.after_completion()
+def _keep_document(engine, cache, request, result, *, refine: bool, check: bool):
+    """Save what the engine holds (and with `refine`, make it exact first, then save it again; with
+    `check`, check the answer against exact's in between)."""
+    work = IdleWork(engine, cache, refine=refine, check=check)
+    work.after_completion(request, result)
     work.run()
     return work.status()

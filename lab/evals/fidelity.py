@@ -22,11 +22,11 @@ from backend.completion import complete
 from backend.documents import document_messages
 from backend.errors import Cancelled, DocumentError, DocumentTooLongError
 from backend.protocol import N_BATCH, RIDGEFILL_MODES, CompletionRequest
+from backend.reply_score import reply_nll
 from backend.recall.prefix_snapshot import PrefixSnapshots, shared_rows
 from backend.recall.run import append_result, load_results
 from backend.recall.scoring import answer_found, claim_right
 from backend.ridgefill.defaults import tail_or_default
-from lab.evals.nll import _score_after_head
 from lab.evals.question_files import QuestionedDocument
 
 MAX_TOKENS = 32  # a short answer's room; the same for every setting
@@ -64,16 +64,6 @@ def parse_setting(text: str) -> Setting:
         return Setting(text.strip(), name, int(split) if split else None, window_bulk=windowed or None)
     raise DocumentError(f"unknown setting {text!r}: use off, q8, mb128, or a mode (guided, speed, quality) "
                         "with an optional :SPLIT")
-
-
-def reply_nll(engine, prompt: list[int], reply: list[int]) -> float | None:
-    """Mean NLL of `reply` teacher-forced after `prompt`, on the cache sequence 0 holds for the prompt
-    (its last row is decoded again, exact, to give the first reply token's logits); None for no reply."""
-    if not reply:
-        return None
-    engine.slot.truncate(len(prompt) - 1)
-    engine.slot.decode(prompt[-1:], len(prompt) - 1, logits_last=True)
-    return float(-_score_after_head(engine, reply, len(prompt), None).mean())
 
 
 def item_request(doc: QuestionedDocument, question: str, setting: Setting) -> CompletionRequest:

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from backend.corpus import corpus_texts
+from backend.reply_score import score_after_head
 from backend.errors import Cancelled, DocumentError
 from backend.recall.haystacks import Haystack
 from backend.recall.run import append_result, load_results, result_key, reusable
@@ -73,12 +74,6 @@ def nll_documents(engine, length: int, n_docs: int, haystack: Haystack | None = 
     return [NllDocument(f"{haystack.name}-{i}-L{length}", (bos + toks[i * stride:])[:length]) for i in range(n_docs)]
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64)
-    z -= z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-
-
 def token_logprobs(engine, tokens: list[int], last_n: int, *, prefill=None,
                    cancel: Callable[[], bool] | None = None) -> np.ndarray:
     """log p(token | everything before it) for each of the last `last_n` tokens (the exact model
@@ -96,25 +91,7 @@ def token_logprobs(engine, tokens: list[int], last_n: int, *, prefill=None,
             engine.slot.prefill(head, reuse_prefix=False, cancel=cancel)
         else:
             prefill(head, cancel=cancel)
-        return _score_after_head(engine, tokens[-last_n:], len(head), cancel)
-
-
-def _score_after_head(engine, scored: list[int], pos: int, cancel: Callable[[], bool] | None) -> np.ndarray:
-    """log p of each `scored` token, the head (`pos` rows) cached and its last logits ready."""
-    last_n = len(scored)
-    out = np.empty(last_n, dtype=np.float64)
-    out[0] = _log_softmax(engine.last_logits())[scored[0]]
-    n_batch, done = engine.config.n_batch, 1
-    while done < last_n:  # feed scored[:-1]; row i predicts scored[i + 1]
-        if cancel is not None and cancel():
-            raise Cancelled("scoring cancelled")
-        chunk = scored[done - 1 : min(done - 1 + n_batch, last_n - 1)]
-        engine.slot.decode(chunk, pos, logits_last=True, logits_all=True)
-        lp = _log_softmax(engine.row_logits(len(chunk)))
-        out[done : done + len(chunk)] = lp[np.arange(len(chunk)), scored[done : done + len(chunk)]]
-        pos += len(chunk)
-        done += len(chunk)
-    return out
+        return score_after_head(engine, tokens[-last_n:], len(head), cancel)
 
 
 def _report_fields(report) -> dict:

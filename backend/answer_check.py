@@ -1,0 +1,77 @@
+"""Every fast answer checked against exact's. Once the document is exact (idle_work.py refined every
+row RidgeFill approximated), the exact model answers the same request from that cache: one decode of
+the prompt's last row and its own answer, no prefill. The two answers are compared as the GUI's Compare
+with exact does (the same text, white space aside): the same marks the shown answer "checked", any
+other "corrected", and exact's answer is shown instead. A refined cache equals a fresh exact prefill up
+to rounding (its rows ran in other batches), so a near tie can flip and correct an answer RidgeFill did
+not move: the answer shown is then still exact's. Both answers are also teacher-forced on the
+exact cache, so the record says how much less likely exact finds the shown reply than its own
+(ΔNLL, nats per token; docs/LONG_DOCUMENTS.md measures the same quantity per document).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+
+from .answers import answers_agree
+from .errors import Cancelled
+from .protocol import CompletionRequest, CompletionResult
+from .reply_score import reply_nll
+
+CHECKED, CORRECTED = "checked", "corrected"
+
+
+@dataclass
+class AnswerCheck:
+    """The shown (RidgeFill) answer against exact's own, on the exact cache."""
+
+    verdict: str  # CHECKED | CORRECTED
+    shown_answer: str
+    exact_answer: str
+    exact_tokens: list[int]
+    dnll: float | None  # NLL of the shown reply minus NLL of exact's reply, both on the exact cache
+    seconds: float  # the check itself (exact's answer and both scores)
+
+    @property
+    def checked(self) -> bool:
+        return self.verdict == CHECKED
+
+    def line(self) -> str:
+        """What the app says under the answer."""
+        if self.checked:
+            return "✓ checked against the exact model: it gives the same answer"
+        return "✗ corrected: the exact model answers otherwise (its answer is shown; RidgeFill's is kept below it)"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("exact_tokens")
+        return d
+
+
+def check_answer(engine, request: CompletionRequest, shown: CompletionResult, cancel=None) -> AnswerCheck:
+    """Exact's answer to `request` from the exact cache sequence 0 holds, compared with `shown`.
+    Sequence 0 ends as it began (the prompt and the shown answer: what a saved entry of it covers), exact."""
+    from .completion import complete
+
+    t0 = time.perf_counter()
+    before = engine.slot.tokens
+    prompt = engine.prompt_tokens(request)
+    exact = complete(engine, replace(request, mode="off", reuse_prefix=True, documents=None), cancel=cancel)
+    if exact.finish_reason == "cancelled":
+        raise Cancelled("the answer check stopped for a new task")
+    exact_nll = reply_nll(engine, prompt, list(exact.tokens), cancel)
+    shown_nll = reply_nll(engine, prompt, list(shown.tokens), cancel)
+    _decode_rest(engine, before)
+    dnll = None if shown_nll is None or exact_nll is None else shown_nll - exact_nll
+    same = shown.tokens == exact.tokens or answers_agree(shown.text, exact.text)
+    return AnswerCheck(CHECKED if same else CORRECTED, shown.text, exact.text, list(exact.tokens), dnll,
+                       round(time.perf_counter() - t0, 3))
+
+
+def _decode_rest(engine, tokens: list[int]) -> None:
+    """Decode what sequence 0 lacks of `tokens` (it holds a prefix of them), exact."""
+    held = engine.slot.tokens
+    if tokens[: len(held)] != held:
+        return
+    for start in range(len(held), len(tokens), engine.config.n_batch):
+        engine.slot.decode(tokens[start : start + engine.config.n_batch], start)
