@@ -107,3 +107,18 @@ def test_headless_run_falls_back_to_the_demo():
     assert "valgrind-faq.txt" in r.stdout and "the answer is" in r.stdout
     assert "RidgeFill (guided) answers (" in r.stdout and "Exact model answers (" in r.stdout
     assert "Time to first token: RidgeFill" in r.stdout
+
+
+def test_chat_check_prints_exacts_verdict_on_the_ridgefill_answer():
+    doc = ROOT / "backend" / "data" / "questions" / "realqa-xz-faq-part1.txt"
+    r = cli("chat", "--check", "--no-cache", "--mode", "speed", "--tail", "64", "--doc", str(doc), "--max-tokens", "16",
+            "--json", "Which file format does xz use by default?", timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    check = out["check"]
+    assert out["timings"]["bulk_n"] > 0 and check["shown_answer"] == out["answer"]
+    assert check["verdict"] in ("checked", "corrected") and (check["verdict"] == "checked") == (
+        " ".join(check["exact_answer"].split()) == " ".join(out["answer"].split()))
+    assert check["after_question_s"] >= check["seconds"] > 0 and out["document"]["exact_rows"] == out["document"]["tokens"]
+    plain = cli("chat", "--check", "--no-cache", "--mode", "off", "--doc", str(doc), "--max-tokens", "4", "Hi?")
+    assert plain.returncode == 0 and "Check: nothing to check (it ran exact)." in plain.stdout

@@ -30,3 +30,11 @@ def test_no_function_is_too_long():
                 if n > MAX_FUNCTION_LINES:
                     long[f"{p.relative_to(ROOT)}:{node.name}"] = n
     assert not long, f"split these functions (over {MAX_FUNCTION_LINES} lines): {long}"
+
+
+MAX_README_LINES = 250  # the page a user reads; the full record lives in docs/RECORD.md
+
+
+def test_the_readme_is_a_page_a_user_reads():
+    n = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert n <= MAX_README_LINES, f"README.md has {n} lines; move detail to docs/ (at most {MAX_README_LINES})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from app.commands.common import format_timings, open_engine, stderr_progress
 from app.commands.sampling_args import add_sampling_args, sampling_from_args
@@ -73,6 +74,7 @@ def run(args) -> int:
             print(event.text, end="", flush=True)
 
     cache = None if args.no_cache else PromptCache()
+    t_question = time.perf_counter()
     try:
         result = complete(engine, request, on_event=on_event, prompt_cache=cache)
     except DocumentTooLongError as exc:
@@ -80,6 +82,8 @@ def run(args) -> int:
             raise DocumentError(f"{exc} {which_fit(engine, documents, args.question, exc.limit - exc.reserved)}") from None
         raise
     document = _keep_document(engine, cache, request, result, refine=args.refine or args.check, check=args.check)
+    if document.answer_check is not None:  # the time a user waits from the question to the verdict
+        document.answer_check["after_question_s"] = round(time.perf_counter() - t_question, 2)
     if args.json:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
                           "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict(),
@@ -106,7 +110,7 @@ def check_text(check: dict | None, mode: str) -> str:
         why = "it ran exact" if mode == "off" else "no row was approximated or the document could not be made exact"
         return f"Check: nothing to check ({why})."
     dnll = "" if check["dnll"] is None else f"; ΔNLL of RidgeFill's reply on the exact cache {check['dnll']:+.3f} nats/token"
-    head = f"Check ({check['seconds']:.1f} s{dnll}): "
+    head = f"Check ({check['after_question_s']:.1f} s after the question, {check['seconds']:.1f} s of it the check{dnll}): "
     if check["verdict"] == "checked":
         return head + "the exact model gives the same answer. ✓"
     return (head + "the exact model answers otherwise.\n"
