@@ -151,6 +151,17 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
+def _json_text(obj: dict) -> str:
+    """JSON as UTF-8 text; one holding a lone surrogate (a server's "\\ud800" escape, a document's bytes)
+    is written with \\u escapes instead, which UTF-8 cannot hold but JSON reads back as it was."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True)
+    return text
+
+
 class ConversationStore:
     def __init__(self, folder: Path | None = None):
         self.folder = Path(folder) if folder else data_dir() / "conversations"
@@ -168,7 +179,7 @@ class ConversationStore:
                 log.warning("conversation %s changed in another window; this copy is kept as a new one", conv.id)
                 conv.id, conv.title = uuid.uuid4().hex[:12], f"{conv.title} (copy)"
             conv.updated = time.time()
-            write_private(self._file(conv.id), json.dumps(conv.to_dict(), ensure_ascii=False))
+            write_private(self._file(conv.id), _json_text(conv.to_dict()))
             conv.disk_stamp = _stamp(self._file(conv.id))
 
     def load(self, conv_id: str) -> Conversation:
