@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from backend import user_paths
 from backend.json_file import read_object, write_private
 
 FILE_NAME = "servers.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,8 +36,13 @@ def servers_path() -> Path:
 def load_servers() -> list[RemoteServer]:
     """The saved servers; an entry of the wrong shape is left out (the file itself is kept)."""
     data = read_object(servers_path(), "the servers file") or {}
+    entries = data.get("servers")
+    if not isinstance(entries, list):  # {"servers": 1}, a string, a map: no server is read from it
+        if entries is not None:
+            log.warning("the servers file's \"servers\" is not a list; no saved server is read from it")
+        entries = []
     out = []
-    for entry in data.get("servers") or []:
+    for entry in entries:
         if isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str):
             out.append(RemoteServer(entry["url"], entry["model"], str(entry.get("api_key") or ""),
                                     bool(entry.get("ours")), *(_count(entry.get(k)) for k in _LAYOUT)))
