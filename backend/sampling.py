@@ -24,6 +24,9 @@ MAX_WINDOW = 131_072
 INT32_MAX = 2**31 - 1  # llama.cpp takes top_k as an int32: ctypes would silently wrap a larger one
 
 
+MAX_FLOAT_INT = 2**1000  # an int from a file beyond this is no sampling setting (float() overflows near 2**1024)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 = greedy: the most likely token, every time
@@ -67,7 +70,7 @@ class SamplingParams:
             kind = int if f.type in ("int", int) else float
             if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
                 raise ValueError(f"{f.name} must be {'a number' if kind is float else 'an integer'}, not {value!r}")
-            if not math.isfinite(value):  # NaN passes every comparison below; infinity is no setting either
+            if not isinstance(value, int) and not math.isfinite(value):  # NaN passes every comparison below
                 raise ValueError(f"{f.name} must be a finite number, not {value!r}")
             lo, hi = RANGES[f.name]
             if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -93,6 +96,8 @@ class SamplingParams:
             if value is None or isinstance(value, bool):
                 continue
             if isinstance(getattr(out, f.name), float) and isinstance(value, int):
+                if abs(value) > MAX_FLOAT_INT:  # 1 followed by 400 zeros: no float holds it
+                    continue
                 value = float(value)
             if type(value) is type(getattr(out, f.name)):
                 try:

@@ -29,3 +29,14 @@ def test_servers_json_of_any_shape_loads(tmp_path, monkeypatch, data):
     monkeypatch.setattr(remote_servers, "servers_path", lambda: tmp_path / "servers.json")
     (tmp_path / "servers.json").write_text(json.dumps({"servers": data}))
     assert all(isinstance(s.url, str) for s in remote_servers.load_servers())
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.dictionaries(st.sampled_from(["temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed",
+                                             "dry_base", "dry_multiplier"]),
+                            st.one_of(st.integers(min_value=-10**500, max_value=10**500), JSON), max_size=6))
+def test_sampling_settings_of_any_size_read_as_values_or_defaults(data):
+    """A Generation value such as 1 followed by 400 zeros raised OverflowError (float() and isfinite)."""
+    from backend.sampling import SamplingParams
+
+    SamplingParams.from_dict(data).check()  # whatever the file holds: a valid setting
