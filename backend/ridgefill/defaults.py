@@ -68,6 +68,19 @@ def default_split(info, tuned: bool = True) -> int:
 # Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
 # decoded again deep in the prompt needs its window's history, which only a full-size sliding-window
 # cache keeps (EngineConfig.swa_full, the default).
+def split_is_guess(info) -> bool:
+    """Whether the default split of this model was measured nowhere: not tuned here, not in the table."""
+    from .tuned import read_tuned
+
+    return read_tuned(info) is None and (info.architecture, info.n_layer, info.n_embd) not in MEASURED_SPLITS
+
+
+def guess_note(info) -> str:
+    """What the app says wherever RidgeFill runs at a guessed split (the timings' note)."""
+    return (f"untuned: split {default_split(info, tuned=False)} is a guess (two thirds of the layers), measured on "
+            "no document; use exact, or Tune for this model")
+
+
 REDECODING_MODES = ("quality", "guided")
 
 

@@ -14,8 +14,8 @@ from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import RIDGEFILL_MODES, CompletionRequest
-from .defaults import (MIN_BULK, MIN_TAIL, mode_that_runs, split_or_default, tail_or_default,
-                       window_bulk_or_default)
+from .defaults import (MIN_BULK, MIN_TAIL, guess_note, mode_that_runs, split_is_guess, split_or_default,
+                       tail_or_default, window_bulk_or_default)
 from .cache_layout import CellTap
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
@@ -24,14 +24,14 @@ from .runtime import runtime
 
 @dataclass(frozen=True)
 class RidgeFillPlan:
-    """A decided RidgeFill prefill; frozen: nothing changes it after plan_ridgefill."""
+    """A decided RidgeFill prefill; frozen: nothing changes it after planning."""
 
     mode: str  # speed | quality | guided | plumb: what will run
     split: int
     tail: int
     maps: object | None = None  # RidgeMaps (or any object with split/layers/predict); None for plumb
     tag: str | None = None  # how this plan's approximated rows are written (prefix reuse compares it)
-    note: str = ""  # why the mode differs from the one asked for
+    note: str = ""  # why the mode differs from the one asked for, or that its split is a guess
     warnings: tuple[str, ...] = ()
     share: float | None = None  # quality: share of bulk rows made exact
     guided: GuidedParams = GuidedParams()  # guided: how the question's attention picks rows
@@ -124,8 +124,11 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)
-    return plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share,
+    plan = plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share,
                           window_bulk=window)
+    if request.split is None and isinstance(plan, RidgeFillPlan) and split_is_guess(engine.info):
+        plan = replace(plan, note=" ".join(n for n in (plan.note, guess_note(engine.info)) if n))
+    return plan
 
 
 def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,
