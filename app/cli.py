@@ -56,7 +56,19 @@ def add_common(parser: argparse.ArgumentParser, after_command: bool = False) -> 
                         help="context size in tokens, capped at the model's (default 0: follows the document, up to "
                              "the model's trained context and a K/V cache of a quarter of the RAM and half the "
                              "memory available)")
+    parser.add_argument("--gpu-layers", type=_gpu_layers, default=d("auto"), metavar="auto|none|N",
+                        help="layers of the exact model on a GPU (default auto: all that fit, where llama.cpp was "
+                             "built with a GPU backend; RidgeFill runs exact while any are)")
     parser.add_argument("-v", "--verbose", action="store_true", default=d(False), help="log details to stderr")
+
+
+def _gpu_layers(text: str):
+    from backend.gpu_offload import parse_gpu_layers
+
+    try:
+        return parse_gpu_layers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_cli(argv: list[str]) -> int:

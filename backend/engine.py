@@ -49,6 +49,9 @@ class EngineConfig:
     # RidgeFill needs flash attention (V rows laid out like K); off only for an exact engine timed against
     # it (lab/experiments/prefill_settings.py)
     flash_attn: bool = True
+    # layers of the exact model on a GPU (backend/gpu_offload.py: "auto", a count, "none"); RidgeFill runs
+    # exact on an engine with any
+    gpu_layers: str | int = "auto"
 
 
 # Sequence 0 is the conversation; 1..N_SEQ-1 serve rows decoded again (one per run, so a whole set of
@@ -95,6 +98,10 @@ class Engine(Vocabulary):
         self._siblings: weakref.WeakSet[Engine] = weakref.WeakSet()  # closed before the model they use
         mparams = llama_cpp.llama_model_default_params()
         mparams.use_mmap = True
+        from .gpu_offload import layers_to_offload
+
+        self.n_gpu_layers = model_of.n_gpu_layers if model_of else layers_to_offload(config.gpu_layers)
+        mparams.n_gpu_layers = self.n_gpu_layers
         self._model = model_of._model if model_of else \
             llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), mparams)
         if not self._model:

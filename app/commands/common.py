@@ -15,7 +15,8 @@ def model_path(args) -> str:
 
 
 def open_engine(args, *, swa_full: bool = True) -> Engine:
-    cfg = EngineConfig(model_path=model_path(args), n_ctx=args.ctx, swa_full=swa_full)
+    cfg = EngineConfig(model_path=model_path(args), n_ctx=args.ctx, swa_full=swa_full,
+                       gpu_layers=getattr(args, "gpu_layers", "auto"))
     if args.threads:
         cfg.n_threads = args.threads
     return Engine(cfg)

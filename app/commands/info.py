@@ -5,6 +5,7 @@ import json
 import os
 
 from app.commands.common import model_path
+from backend.gpu_offload import build_line
 from backend.model_file import read_model_info
 from backend.user_paths import cache_dir, data_dir, log_dir
 
@@ -28,6 +29,7 @@ def run(args) -> int:
         "context_length": info.n_ctx_train,
         "size_mb": round(info.size_bytes / 1e6, 1),
         "threads": args.threads or os.cpu_count(),
+        "gpu": build_line(),
         "data_dir": str(data_dir()),
         "cache_dir": str(cache_dir()),
         "log_dir": str(log_dir()),

@@ -55,6 +55,9 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
     if bulk < MIN_BULK:
         return (f"the prompt has {bulk:,} rows before the {tail}-token exact tail, fewer than "
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
+    if getattr(engine, "n_gpu_layers", 0):
+        return (f"RidgeFill reads and writes the model's tensors in host memory, and {engine.n_gpu_layers} "
+                "layers are on the GPU: ran exact (--gpu-layers none runs RidgeFill on the CPU).")
     rt = runtime(engine)
     if rt.refused is None and split < rt.min_split:
         return (f"split {split} is below layer {rt.min_split}, the first layer of its own K/V cache (a "
