@@ -32,16 +32,6 @@ class AnswerCheck:
     dnll: float | None  # NLL of the shown reply minus NLL of exact's reply, both on the exact cache
     seconds: float  # the check itself (exact's answer and both scores)
 
-    @property
-    def checked(self) -> bool:
-        return self.verdict == CHECKED
-
-    def line(self) -> str:
-        """What the app says under the answer."""
-        if self.checked:
-            return "✓ checked against the exact model: it gives the same answer"
-        return "✗ corrected: the exact model answers otherwise (its answer is shown; RidgeFill's is kept below it)"
-
     def as_dict(self) -> dict:
         d = asdict(self)
         d.pop("exact_tokens")

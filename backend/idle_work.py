@@ -74,6 +74,7 @@ class IdleWork:
         self._document = self.engine.slot.tokens
         approximated = result is not None and result.timings.bulk_n > 0 and result.finish_reason != "cancelled"
         self._to_check = (request, result) if self.check and approximated else None
+        self.last_check = None  # it was for the answer before
         self._saved = self._held_back = False
         self._save_note = self._refine_note = ""
 
