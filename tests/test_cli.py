@@ -117,8 +117,8 @@ def test_chat_check_prints_exacts_verdict_on_the_ridgefill_answer():
     out = json.loads(r.stdout)
     check = out["check"]
     assert out["timings"]["bulk_n"] > 0 and check["shown_answer"] == out["answer"]
-    assert check["verdict"] in ("checked", "corrected") and (check["verdict"] == "checked") == (
-        " ".join(check["exact_answer"].split()) == " ".join(out["answer"].split()))
+    same = " ".join(check["exact_answer"].split()) == " ".join(out["answer"].split()) or check["dnll"] <= 0.05
+    assert check["verdict"] in ("checked", "corrected") and (check["verdict"] == "checked") == same
     assert check["after_question_s"] >= check["seconds"] > 0 and out["document"]["exact_rows"] == out["document"]["tokens"]
     plain = cli("chat", "--check", "--no-cache", "--mode", "off", "--doc", str(doc), "--max-tokens", "4", "Hi?")
     assert plain.returncode == 0 and "Check: nothing to check (it ran exact)." in plain.stdout

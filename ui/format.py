@@ -82,7 +82,10 @@ def engine_ready_line(info, embedded: bool) -> str:
 def check_line(check: dict) -> str:
     """Under a RidgeFill answer, once the engine checked it against exact's (backend/answer_check.py)."""
     if check.get("verdict") == "checked":
-        return "✓ checked against the exact model: it gives the same answer"
+        if " ".join(str(check.get("exact_answer", "")).split()) == " ".join(str(check.get("shown_answer", "")).split()):
+            return "✓ checked against the exact model: it gives the same answer"
+        return ("✓ checked against the exact model: it finds this answer as likely as its own, which reads: "
+                + " ".join(str(check.get("exact_answer", "")).split()))
     shown = " ".join(str(check.get("shown_answer", "")).split())
     return ("✗ corrected: the exact model answers otherwise, and its answer is shown above.\n"
             f"RidgeFill's first answer was: {shown}")

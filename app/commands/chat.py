@@ -111,8 +111,10 @@ def check_text(check: dict | None, mode: str) -> str:
         return f"Check: nothing to check ({why})."
     dnll = "" if check["dnll"] is None else f"; ΔNLL of RidgeFill's reply on the exact cache {check['dnll']:+.3f} nats/token"
     head = f"Check ({check['after_question_s']:.1f} s after the question, {check['seconds']:.1f} s of it the check{dnll}): "
-    if check["verdict"] == "checked":
+    if check["verdict"] == "checked" and " ".join(check["exact_answer"].split()) == " ".join(check["shown_answer"].split()):
         return head + "the exact model gives the same answer. ✓"
+    if check["verdict"] == "checked":
+        return head + f"the exact model finds this answer as likely as its own. ✓\n  exact:     {' '.join(check['exact_answer'].split())}"
     return (head + "the exact model answers otherwise.\n"
             f"  exact:     {' '.join(check['exact_answer'].split())}\n"
             f"  RidgeFill: {' '.join(check['shown_answer'].split())}")
