@@ -1,6 +1,8 @@
 """Plain-text formatting of timings and counts for the widgets (no Qt, easy to test)."""
 from __future__ import annotations
 
+from backend.answers import answers_agree
+
 
 def ms(v: float) -> str:
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:,.0f} ms"
@@ -82,7 +84,7 @@ def engine_ready_line(info, embedded: bool) -> str:
 def check_line(check: dict) -> str:
     """Under a RidgeFill answer, once the engine checked it against exact's (backend/answer_check.py)."""
     if check.get("verdict") == "checked":
-        if " ".join(str(check.get("exact_answer", "")).split()) == " ".join(str(check.get("shown_answer", "")).split()):
+        if answers_agree(str(check.get("exact_answer", "")), str(check.get("shown_answer", ""))):
             return "✓ checked against the exact model: it gives the same answer"
         return ("✓ checked against the exact model: it finds this answer as likely as its own, which reads: "
                 + " ".join(str(check.get("exact_answer", "")).split()))

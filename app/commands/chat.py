@@ -8,6 +8,7 @@ import time
 
 from app.commands.common import format_timings, open_engine, stderr_progress
 from app.commands.sampling_args import add_sampling_args, sampling_from_args
+from backend.answers import answers_agree
 from backend.completion import complete
 from backend.documents import document_messages, read_documents
 from backend.errors import DocumentError, DocumentTooLongError
@@ -111,7 +112,7 @@ def check_text(check: dict | None, mode: str) -> str:
         return f"Check: nothing to check ({why})."
     dnll = "" if check["dnll"] is None else f"; ΔNLL of RidgeFill's reply on the exact cache {check['dnll']:+.3f} nats/token"
     head = f"Check ({check['after_question_s']:.1f} s after the question, {check['seconds']:.1f} s of it the check{dnll}): "
-    if check["verdict"] == "checked" and " ".join(check["exact_answer"].split()) == " ".join(check["shown_answer"].split()):
+    if check["verdict"] == "checked" and answers_agree(check["exact_answer"], check["shown_answer"]):
         return head + "the exact model gives the same answer. ✓"
     if check["verdict"] == "checked":
         return head + f"the exact model finds this answer as likely as its own. ✓\n  exact:     {' '.join(check['exact_answer'].split())}"
