@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import document_formats as formats
-from .errors import DocumentError, EmptyDocumentError
+from . import doc_pdf, document_formats as formats
+from .doc_budget import ReadBudget
+from .errors import Cancelled, DocumentError, EmptyDocumentError
 from .protocol import ChatMessage
 
 MAX_NOT_TEXT_SHARE = formats.MAX_NOT_TEXT_SHARE
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text", ".rst")  # any other suffix is read as text too
-_READERS: dict[str, Callable[[Path], str]] = {
+_READERS: dict[str, Callable[[Path, ReadBudget], str]] = {
     ".docx": formats.read_docx,
     ".html": formats.read_html, ".htm": formats.read_html, ".xhtml": formats.read_html,
     ".epub": formats.read_epub,
@@ -25,6 +26,9 @@ _READERS: dict[str, Callable[[Path], str]] = {
 }
 # What the GUI's file dialog and drop target, and `chat --doc`, offer.
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",) + tuple(_READERS)
+# The documents of one folder, together: read one after the other they may take hours, and their text is far more
+# than any model's context (a million tokens is some 4 MB of text; a 300-page illustrated PDF some 100 MB).
+MAX_FOLDER_BYTES = 2 * 1024 * 1024 * 1024
 # How each of several documents is introduced in the prompt (one document has no heading).
 DOCUMENT_HEADING = "Document {i}: {name}"
 
@@ -44,16 +48,18 @@ class DocumentText:
         return max(1, bisect.bisect_right(self.page_starts, offset))
 
 
-def read_document_parts(path: str | Path) -> DocumentText:
+def read_document_parts(path: str | Path, cancelled: Callable[[], bool] | None = None) -> DocumentText:
+    """`cancelled()`, when given, is asked between members, pages and every few thousand elements while the file is
+    read: True stops the reading with Cancelled (backend/doc_budget.py)."""
     p = Path(path)
     if not p.is_file():
         raise DocumentError(f"Document not found: {p}. Check the path.")
-    suffix = p.suffix.lower()
+    suffix, budget = p.suffix.lower(), ReadBudget(p.name, cancelled)
     try:
         if suffix == ".pdf":
-            text, page_starts = formats.read_pdf(p)
+            text, page_starts = doc_pdf.read_pdf(p, budget)
         else:
-            text, page_starts = _READERS.get(suffix, formats.read_text)(p), ()
+            text, page_starts = _READERS.get(suffix, formats.read_text)(p, budget), ()
     except OSError as exc:  # a permission, a disk gone, a file removed meanwhile
         raise DocumentError(f"{p.name} could not be read ({exc.strerror or exc}). Check that the file is there "
                             "and that you may read it, then attach it again.") from exc
@@ -62,8 +68,8 @@ def read_document_parts(path: str | Path) -> DocumentText:
     return DocumentText(p.name, text, page_starts)
 
 
-def read_document(path: str | Path) -> str:
-    return read_document_parts(path).text
+def read_document(path: str | Path, cancelled: Callable[[], bool] | None = None) -> str:
+    return read_document_parts(path, cancelled).text
 
 
 def document_messages(documents: str | Sequence[DocumentText], question: str) -> list[ChatMessage]:
@@ -83,27 +89,22 @@ def document_messages(documents: str | Sequence[DocumentText], question: str) ->
     return [ChatMessage("user", f"{body}\n\nQuestion: {question.strip()}")]
 
 
-def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
+def read_documents(paths: Sequence[str | Path], cancelled: Callable[[], bool] | None = None) -> list[DocumentText]:
     """Each path's document, in the order given; a folder gives its readable documents (DOCUMENT_SUFFIXES),
-    sorted by name; one that cannot be read is skipped; a folder with none is an error."""
+    sorted by name; one that cannot be read is skipped; a folder with none, or with more than MAX_FOLDER_BYTES of
+    them, is an error. `cancelled()`, when given, is asked between files and while each is read (Cancelled)."""
     out: list[DocumentText] = []
     for path in paths:
         p = Path(path)
         if not p.is_dir():
-            out.append(read_document_parts(p))
+            out.append(read_document_parts(p, cancelled))
             continue
-        try:
-            # a link is not followed: it may lead out of the folder the user chose, to files they did not mean to share
-            files = sorted((f for f in p.iterdir() if not f.is_symlink() and f.is_file()
-                            and f.suffix.lower() in DOCUMENT_SUFFIXES and not f.name.startswith(".")),
-                           key=lambda f: f.name)
-        except OSError as exc:
-            raise DocumentError(f"The folder {p} could not be read ({exc.strerror or exc}). Check that you may "
-                                "open it, or attach the files themselves.") from exc
         found = []
-        for f in files:
+        for f in _folder_documents(p):
+            if cancelled is not None and cancelled():
+                raise Cancelled(f"stopped reading {p.name}")
             try:
-                found.append(read_document_parts(f))
+                found.append(read_document_parts(f, cancelled))
             except DocumentError:
                 continue  # a folder holds other files too: only its readable documents are attached
         if not found:
@@ -111,3 +112,20 @@ def read_documents(paths: Sequence[str | Path]) -> list[DocumentText]:
                                 "are not followed). Choose a folder with documents in it, or the files themselves.")
         out += found
     return out
+
+
+def _folder_documents(p: Path) -> list[Path]:
+    """The documents a folder holds, by name; refused when they are more than MAX_FOLDER_BYTES together."""
+    try:
+        # a link is not followed: it may lead out of the folder the user chose, to files they did not mean to share
+        files = sorted((f for f in p.iterdir() if not f.is_symlink() and f.is_file()
+                        and f.suffix.lower() in DOCUMENT_SUFFIXES and not f.name.startswith(".")), key=lambda f: f.name)
+        size = sum(f.stat().st_size for f in files)
+    except OSError as exc:
+        raise DocumentError(f"The folder {p} could not be read ({exc.strerror or exc}). Check that you may "
+                            "open it, or attach the files themselves.") from exc
+    if size > MAX_FOLDER_BYTES:
+        raise DocumentError(f"The folder {p.name} holds {size >> 20:,} MB of documents, more than the "
+                            f"{MAX_FOLDER_BYTES >> 30} GB a folder may hold: far more than any model's context. "
+                            "Attach the documents you want to ask about, or a folder with fewer of them.")
+    return files
