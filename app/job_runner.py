@@ -19,19 +19,28 @@ from app.engine_protocol import TaskCancelled, TaskDone, TaskEvent, TaskFailed
 from backend.errors import Cancelled
 
 MAX_MESSAGES_PER_POLL = 400
+# Events waiting to be polled, all jobs together: past it a job's emit waits (a remote answer streaming faster
+# than the GUI polls, or a window that stopped polling, must not fill the memory); endings always go in
+MAX_QUEUED_EVENTS = 4_096
+WAIT_S = 0.05  # how often a waiting emit looks at its job's stop flag
 
 
 class JobContext:
     """What a job's function gets: a way to report, and to learn that it should stop."""
 
-    def __init__(self, job_id: int, emit: Callable[[Any], None]):
+    def __init__(self, job_id: int, emit: Callable[[Any], None], room: "Room | None" = None):
         self.id = job_id
         self._emit = emit
+        self._room = room
         self._cancel = threading.Event()
         self._on_cancel: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def emit(self, event: Any) -> None:
+        """Queue `event`; while the queue is full the job's own thread waits, and a cancelled job's event is
+        dropped (nobody reads it)."""
+        if self._room is not None and not self._room.take(lambda: self.cancelled):
+            return
         self._emit(TaskEvent(self.id, event))
 
     @property
@@ -54,6 +63,32 @@ class JobContext:
             fn()
 
 
+class Room:
+    """The count of events queued: an emit adds one, waiting while MAX are queued (unless it runs on the thread
+    that polls, which would wait for itself: it then goes over), a poll takes them off."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.queued = 0
+        self.freed = threading.Condition()
+        self.poller: int | None = None  # the thread that last polled
+
+    def take(self, cancelled: Callable[[], bool]) -> bool:
+        """True once the event may be queued; False if the job was cancelled while it waited."""
+        with self.freed:
+            while self.queued >= self.size and threading.get_ident() != self.poller:
+                if cancelled():
+                    return False
+                self.freed.wait(WAIT_S)
+            self.queued += 1
+        return True
+
+    def give_back(self) -> None:
+        with self.freed:
+            self.queued -= 1
+            self.freed.notify()
+
+
 class JobRunner:
     """Runs each job on its own worker thread; drive submit / cancel / poll from one thread."""
 
@@ -61,13 +96,14 @@ class JobRunner:
         self.name = name
         self._ids = itertools.count(1)
         self._messages: queue.Queue = queue.Queue()
+        self._room = Room(MAX_QUEUED_EVENTS)
         self._jobs: dict[int, tuple[JobContext, threading.Thread]] = {}
 
     def submit(self, label: str, fn: Callable[[JobContext], Any]) -> int:
         if not callable(fn):
             raise TypeError(f"a job takes a function of its context, not {type(fn).__name__}")
         jid = next(self._ids)
-        ctx = JobContext(jid, self._messages.put)
+        ctx = JobContext(jid, self._messages.put, self._room)
         thread = threading.Thread(target=self._run, args=(ctx, fn), name=f"{self.name}-{jid}-{label}"[:60],
                                   daemon=True)
         self._jobs[jid] = (ctx, thread)
@@ -95,6 +131,7 @@ class JobRunner:
         return bool(self._jobs)
 
     def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL) -> list:
+        self._room.poller = threading.get_ident()
         out = []
         while len(out) < max_messages:
             try:
@@ -102,6 +139,7 @@ class JobRunner:
             except queue.Empty:
                 break
             if isinstance(msg, TaskEvent):
+                self._room.give_back()
                 if msg.id in self._jobs:
                     out.append(msg)
             elif self._jobs.pop(msg.id, None) is not None:
