@@ -1,12 +1,14 @@
 """The servers a person added ("Add a server…"), kept in servers.json in the user config dir, mode 0600
-(it holds their API keys), beside settings.json."""
+(it holds their API keys), beside settings.json. An address never keeps `user:pass@`: it is shown in every
+answer's line and stored with each chat, so its password goes to `api_key` (the key's one place) instead."""
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from app.remote_wire import split_credentials
 from backend import user_paths
 from backend.json_file import read_object, write_private
 
@@ -44,9 +46,19 @@ def load_servers() -> list[RemoteServer]:
     out = []
     for entry in entries:
         if isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str):
-            out.append(RemoteServer(entry["url"], entry["model"], str(entry.get("api_key") or ""),
-                                    bool(entry.get("ours")), *(_count(entry.get(k)) for k in _LAYOUT)))
+            out.append(without_credentials(RemoteServer(
+                entry["url"], entry["model"], str(entry.get("api_key") or ""), bool(entry.get("ours")),
+                *(_count(entry.get(k)) for k in _LAYOUT))))
     return out
+
+
+def without_credentials(server: RemoteServer) -> RemoteServer:
+    """`server` with any `user:pass@` taken out of its address (the password kept as its key if it had none)."""
+    try:
+        url, key = split_credentials(server.url)
+    except ValueError:  # an address that does not parse: its first use says so
+        return server
+    return replace(server, url=url, api_key=server.api_key or key)
 
 
 _LAYOUT = ("n_layer", "default_split", "default_tail")
@@ -63,7 +75,8 @@ def layout_from_meta(meta: dict) -> dict:
 
 
 def save_servers(servers: list[RemoteServer]) -> None:
-    write_private(servers_path(), json.dumps({"servers": [asdict(s) for s in servers]}, indent=2))
+    entries = [asdict(without_credentials(s)) for s in servers]
+    write_private(servers_path(), json.dumps({"servers": entries}, indent=2))
 
 
 def add_server(server: RemoteServer) -> list[RemoteServer]:

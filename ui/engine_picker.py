@@ -22,12 +22,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine_client import TaskClient
-from app.remote_engine import RemoteEngine, RemoteError, RemoteSource, ServerInfo
+from app.remote_engine import RemoteEngine, RemoteError, RemoteSource, ServerInfo, address
+from app.remote_wire import plain_http_warning
 from app.remote_servers import RemoteServer, add_server, layout_from_meta, load_servers, remove_server
 from ui.background import BackgroundJobs
 
 THIS_MACHINE = "This machine"
 OURS_NOTE = "A RidgeFill server: the mode, split and tail go with each question; answers come with sources."
+# Said in the dialog before anything is sent: the server reads every document asked about
+SENT_NOTE = ("The text of the documents you ask about, and your questions, are sent to this server. Add only a "
+             "server you trust with them.")
 OTHER_NOTE = ("Not a RidgeFill server: no RidgeFill controls and no sources here (the server does not offer "
               "them). The time to first token is measured on this machine.")
 
@@ -47,6 +51,12 @@ class AddServerDialog(QDialog):
         self.models = QComboBox()
         self.status = QLabel("An OpenAI-compatible server: this app's `serve`, llama.cpp's server, vLLM.")
         self.status.setWordWrap(True)
+        self.sent_note = QLabel(SENT_NOTE)
+        self.sent_note.setWordWrap(True)
+        self.http_warning = QLabel()  # plain http to another machine
+        self.http_warning.setWordWrap(True)
+        self.http_warning.setStyleSheet("color: #b35900;")
+        self.http_warning.setVisible(False)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.button(QDialogButtonBox.Ok).setText("Add")
         self.buttons.button(QDialogButtonBox.Ok).setEnabled(False)
@@ -59,12 +69,15 @@ class AddServerDialog(QDialog):
         form.addRow("Model", row)
         lay = QVBoxLayout(self)
         lay.addLayout(form)
+        lay.addWidget(self.sent_note)
+        lay.addWidget(self.http_warning)
         lay.addWidget(self.status)
         lay.addWidget(self.buttons)
         self.jobs = BackgroundJobs(self)
         self.info: ServerInfo | None = None
         self.read_btn.clicked.connect(self.read_models)
         self.url.textEdited.connect(self._forget)
+        self.url.textChanged.connect(self._warn)
         self.key.textEdited.connect(self._forget)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -80,6 +93,16 @@ class AddServerDialog(QDialog):
         self.read_btn.setEnabled(False)
         self.jobs.submit("read models", lambda _ctx: engine.probe(), owner=self, on_done=self._read,
                          on_failed=lambda _type, message: self._failed(message))
+
+    @Slot()
+    def _warn(self) -> None:
+        """Plain http to another machine: said under the address while it is typed."""
+        try:
+            text = plain_http_warning(address(self.url.text())[0])
+        except RemoteError:
+            text = ""
+        self.http_warning.setText(text)
+        self.http_warning.setVisible(bool(text))
 
     def _read(self, info: ServerInfo) -> None:
         self.info = info
@@ -102,7 +125,8 @@ class AddServerDialog(QDialog):
 
     def server(self) -> RemoteServer:
         assert self.info is not None
-        return RemoteServer(self.info.url, self.models.currentText(), self.key.text(), self.info.ours,
+        key = self.key.text() or address(self.url.text())[1]  # a `user:pass@` in the address: its password
+        return RemoteServer(self.info.url, self.models.currentText(), key, self.info.ours,
                             **layout_from_meta(self.info.meta))
 
     def done(self, r: int) -> None:

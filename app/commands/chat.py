@@ -3,6 +3,7 @@ the answer's sources (backend/sources.py) and timings."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -17,6 +18,8 @@ from backend.prompt_cache import PromptCache
 from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, TokenEvent
 from backend.ridgefill.defaults import default_mode
 from backend.stopping import LOOP_NOTE
+
+API_KEY_ENV = "RIDGEFILL_API_KEY"  # `chat --server`'s key when --api-key is not given
 
 
 def register(sub) -> None:
@@ -44,7 +47,9 @@ def register(sub) -> None:
     g.add_argument("--server", default=None, metavar="URL",
                    help="the server's address, e.g. http://192.168.1.20:8080 (this app's `serve`, llama.cpp's server, "
                         "vLLM); the documents are read here and sent in the messages")
-    g.add_argument("--api-key", default=None, metavar="KEY", help="the server's API key, if it needs one")
+    g.add_argument("--api-key", default=None, metavar="KEY",
+                   help=f"the server's API key, if it needs one (better: set {API_KEY_ENV}, which stays out of the "
+                        "process list and the shell's history)")
     g.add_argument("--server-model", default=None, metavar="ID", help="a model the server lists (default: its first)")
     p.set_defaults(func=run)
 
@@ -53,6 +58,7 @@ def run(args) -> int:
     if args.server:
         from app.commands.chat_remote import run_remote
 
+        args.api_key = args.api_key or os.environ.get(API_KEY_ENV, "")  # the flag, else the environment's
         return run_remote(args)
     documents = read_documents(args.doc) if args.doc else None
     if documents:
