@@ -84,7 +84,10 @@ class BulkTap(CellTap):
                         mask.nb[1] != mask.ne[0] * np.dtype(dtype).itemsize:
                     raise ValueError(f"masks differ ({mask.ne} vs {first.ne})")
                 shape = (mask.ne[1] * mask.ne[2] * mask.ne[3], mask.ne[0])
-                mask.array(dtype, shape)[:] = first.array(dtype, shape)
+                if mask.through_api() or first.through_api():  # a mask in GPU memory: copied through ggml
+                    mask.write(first.read(dtype, shape))
+                else:
+                    mask.array(dtype, shape)[:] = first.array(dtype, shape)
                 self.masks_windowed.add(mask.ptr)
         except Exception as exc:
             self.error = f"windowed bulk attention: {exc}"

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import RidgeFillError
 from . import ggml_graph
-from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_I64, Node
+from .ggml_graph import GGML_TYPE_F16, GGML_TYPE_I64, DeviceRows, Node
 
 _CACHE_RE = re.compile(r"^cache_([kv])_l(\d+)$")
 
@@ -50,9 +50,13 @@ class CacheTensor:
     n_embd_gqa: int
     kv_size: int
 
-    def rows(self) -> np.ndarray:
-        """(kv_size, n_embd_gqa) float16 numpy view of the live cache memory (writes go to llama.cpp)."""
-        return Node(self.ptr).array(np.float16, (self.kv_size, self.n_embd_gqa))
+    def rows(self) -> np.ndarray | DeviceRows:
+        """(kv_size, n_embd_gqa) float16 rows of the live cache (writes go to llama.cpp): a numpy view of
+        host memory, or DeviceRows (copies through ggml's backend API) for a cache on a GPU."""
+        node = Node(self.ptr)
+        if node.through_api():
+            return DeviceRows(node, self.kv_size, self.n_embd_gqa * 2, np.float16)
+        return node.array(np.float16, (self.kv_size, self.n_embd_gqa))
 
 
 @dataclass
@@ -161,10 +165,11 @@ def discover(engine) -> GraphLayout:
         for kind, il, idx_ptr, value, dst in col.writes:
             idx_name = groups.setdefault(idx_ptr, f"idx{len(groups)}")
             d = found.setdefault(il, {})
-            if dst.type != GGML_TYPE_F16 or not dst.is_host() or dst.nb[1] != dst.ne[0] * 2 or dst.ne[2] != 1:
+            # host or GPU memory alike (rows() copies through ggml's backend API off the host)
+            if dst.type != GGML_TYPE_F16 or not dst.t.buffer or dst.nb[1] != dst.ne[0] * 2 or dst.ne[2] != 1:
                 raise LayoutRefused(
-                    f"{dst.name} is not a single-stream F16 host tensor (type {dst.type}, ne {dst.ne}); "
-                    "RidgeFill needs an F16 KV cache on the CPU."
+                    f"{dst.name} is not a single-stream F16 tensor in a backend buffer (type {dst.type}, "
+                    f"ne {dst.ne}); RidgeFill needs an F16 KV cache."
                 )
             d[kind] = (CacheTensor(dst.name, dst.ptr, dst.ne[0], dst.ne[1]), idx_name)
             src = _root_op(value)
@@ -201,7 +206,7 @@ def read_index(node: Node) -> np.ndarray:
     if node.type != GGML_TYPE_I64:
         raise LayoutRefused(f"{node.name} is not I64")
     n = node.ne[0] * node.ne[1]
-    return node.array(np.int64, (n,)).copy()
+    return node.read(np.int64, (n,))
 
 
 class CellTap:

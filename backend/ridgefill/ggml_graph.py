@@ -3,6 +3,10 @@
 llama-cpp-python exposes no struct for `ggml_tensor`, so its layout is declared here for the vendored
 ggml (x86-64/aarch64, 64-bit pointers). `check_layout()` builds real tensors with ggml's own functions
 and compares every field we rely on; RidgeFill is refused when it does not hold.
+
+Where a tensor lives: a host tensor is read and written through its `data` pointer (numpy views, the fast
+path), a tensor in a GPU's memory (CUDA, Metal, Vulkan) through ggml's backend API
+(ggml_backend_tensor_get / _set), which an eval callback may call on the node it was just handed.
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ GGML_TYPE_F32 = 0
 GGML_TYPE_F16 = 1
 GGML_TYPE_I32 = 26
 GGML_TYPE_I64 = 27
+
+# True: every tensor goes through ggml's backend API, host ones too (tests check that path on the CPU build)
+FORCE_BACKEND_API = False
 
 
 class GgmlTensor(ctypes.Structure):
@@ -170,6 +177,29 @@ class Node:
     def nbytes(self) -> int:
         return int(lib().ggml_nbytes(self.ptr))
 
+    def through_api(self) -> bool:
+        """Whether this tensor is read and written through ggml's backend API (not host memory, or
+        FORCE_BACKEND_API: the tests run the GPU path on the CPU build)."""
+        return FORCE_BACKEND_API or not self.is_host()
+
+    def _check_span(self, offset: int, nbytes: int) -> None:
+        # ggml_backend_tensor_get/_set abort the process on these (GGML_ASSERT): refuse them here instead
+        if not self.t.buffer or not self.data:
+            raise LayoutError(f"tensor {self.name} has no backend buffer")
+        if offset < 0 or offset + nbytes > self.nbytes():
+            raise LayoutError(f"{nbytes} bytes at {offset} exceed tensor {self.name} ({self.nbytes()} bytes)")
+
+    def get_into(self, out: np.ndarray, offset: int = 0) -> np.ndarray:
+        """Copies `out.nbytes` bytes from `offset` of the tensor into the contiguous array `out`."""
+        self._check_span(offset, out.nbytes)
+        lib().ggml_backend_tensor_get(self.ptr, out.ctypes.data, offset, out.nbytes)
+        return out
+
+    def set_from(self, values: np.ndarray, offset: int = 0) -> None:
+        """Copies the contiguous array `values` into the tensor from byte `offset` on."""
+        self._check_span(offset, values.nbytes)
+        lib().ggml_backend_tensor_set(self.ptr, values.ctypes.data, offset, values.nbytes)
+
     def array(self, dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of a contiguous host tensor's memory (no copy: writes go to the tensor)."""
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -180,20 +210,76 @@ class Node:
         buf = (ctypes.c_char * nbytes).from_address(self.data)
         return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
+    def read(self, dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A copy of a contiguous tensor's first elements, wherever it lives."""
+        if self.through_api():
+            return self.get_into(np.empty(shape, dtype=dtype))
+        return self.array(dtype, shape).copy()
+
+    def write(self, values: np.ndarray) -> None:
+        """`values` (C-contiguous) into a contiguous tensor's first elements, wherever it lives."""
+        values = np.ascontiguousarray(values)
+        if self.through_api():
+            self.set_from(values)
+        else:
+            self.array(values.dtype, values.shape)[...] = values
+
     def rows_f32(self) -> np.ndarray:
         """A 2-D F32 tensor ne=[n_embd, n_rows] as a copied (n_rows, n_embd) array; strides honoured."""
         if self.type != GGML_TYPE_F32:
             raise LayoutError(f"{self.name} is type {self.type}, expected F32")
         ne0, ne1 = self.t.ne[0], self.t.ne[1]
         nb1 = self.t.nb[1]
-        if self.t.nb[0] != 4:
+        if self.t.nb[0] != 4 or nb1 % 4:
             raise LayoutError(f"{self.name} rows are not contiguous")
-        if not self.is_host() or not self.data:
-            raise LayoutError(f"tensor {self.name} is not in host memory")
+        if not self.data:
+            raise LayoutError(f"tensor {self.name} has no data")
         span = (ne1 - 1) * nb1 + ne0 * 4
-        buf = (ctypes.c_char * span).from_address(self.data)
-        a = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.float32), shape=(ne1, ne0), strides=(nb1, 4))
+        if self.through_api():  # one copy of the whole span, the rows picked out of it
+            flat = self.get_into(np.empty(span // 4, dtype=np.float32))
+        else:
+            flat = np.frombuffer((ctypes.c_char * span).from_address(self.data), dtype=np.float32)
+        a = np.lib.stride_tricks.as_strided(flat, shape=(ne1, ne0), strides=(nb1, 4))
         return np.array(a, dtype=np.float32)
+
+
+class DeviceRows:
+    """A contiguous 2-D tensor (a K/V cache: one row per cell) that is not in host memory, seen as rows:
+    indexing copies the rows out (ggml_backend_tensor_get), assigning copies them in (_set), one call per
+    run of consecutive rows. What a numpy view of a host cache does, for the callers of CacheTensor.rows()."""
+
+    def __init__(self, node: Node, n_rows: int, row_bytes: int, dtype):
+        self.node, self.n_rows, self.row_bytes, self.dtype = node, n_rows, row_bytes, np.dtype(dtype)
+        if row_bytes % self.dtype.itemsize:
+            raise LayoutError(f"a row of {row_bytes} bytes is not a whole number of {self.dtype}")
+        self.shape = (n_rows, row_bytes // self.dtype.itemsize)
+
+    def view(self, dtype) -> "DeviceRows":
+        return DeviceRows(self.node, self.n_rows, self.row_bytes, dtype)
+
+    def _runs(self, key) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """The rows `key` picks (as numpy would) and their runs of consecutive rows, (start in key, length)."""
+        rows = np.arange(self.n_rows)[key]
+        rows = np.atleast_1d(rows)
+        if rows.ndim != 1:
+            raise IndexError("rows of a device tensor are picked by one index array, slice or integer")
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts = np.concatenate(([0], breaks)).astype(int)
+        ends = np.concatenate((breaks, [len(rows)])).astype(int)
+        return rows, [(int(a), int(b - a)) for a, b in zip(starts, ends) if b > a]
+
+    def __getitem__(self, key) -> np.ndarray:
+        rows, runs = self._runs(key)
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        for at, n in runs:
+            self.node.get_into(out[at : at + n], int(rows[at]) * self.row_bytes)
+        return out[0] if np.ndim(key) == 0 and not isinstance(key, slice) else out
+
+    def __setitem__(self, key, values) -> None:
+        rows, runs = self._runs(key)
+        block = np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=self.dtype), (len(rows), self.shape[1])))
+        for at, n in runs:
+            self.node.set_from(block[at : at + n], int(rows[at]) * self.row_bytes)
 
 
 def _check_offsets() -> None:
