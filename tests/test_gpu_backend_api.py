@@ -50,6 +50,9 @@ def test_device_rows_read_and_write_like_a_numpy_view_one_call_per_run():
     assert np.array_equal(rows.view(np.uint8)[cells], ref.view(np.uint8)[cells])  # prompt_reuse's bytes
     with pytest.raises(IndexError):
         rows[np.zeros((2, 2), int)]
+    node.calls.clear()
+    every_other = np.arange(1, 16, 2)[::-1].repeat(2)  # 16 runs of one row within 15 rows: one copy
+    assert np.array_equal(rows[every_other], ref[every_other]) and node.calls == [("get", 8, 15 * 8)]
 
 
 @pytest.fixture

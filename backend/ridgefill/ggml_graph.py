@@ -270,9 +270,14 @@ class DeviceRows:
 
     def __getitem__(self, key) -> np.ndarray:
         rows, runs = self._runs(key)
-        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
-        for at, n in runs:
-            self.node.get_into(out[at : at + n], int(rows[at]) * self.row_bytes)
+        lo, hi = (int(rows.min()), int(rows.max()) + 1) if len(rows) else (0, 0)
+        if len(runs) > 8 and hi - lo <= 4 * len(rows):  # many short runs close together: one copy, gathered
+            block = self.node.get_into(np.empty((hi - lo, self.shape[1]), self.dtype), lo * self.row_bytes)
+            out = block[rows - lo]
+        else:
+            out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+            for at, n in runs:
+                self.node.get_into(out[at : at + n], int(rows[at]) * self.row_bytes)
         return out[0] if np.ndim(key) == 0 and not isinstance(key, slice) else out
 
     def __setitem__(self, key, values) -> None:
