@@ -49,7 +49,8 @@ class ReadBudget:
         if self.cancelled():
             raise Cancelled(f"stopped reading {self.name}")
         if time.monotonic() > self.deadline:
-            raise DocumentError(f"{self.name} took more than {MAX_READ_SECONDS // 60} minutes to read: it asks far "
+            took = f"{MAX_READ_SECONDS // 60} minutes" if MAX_READ_SECONDS >= 60 else f"{MAX_READ_SECONDS} seconds"
+            raise DocumentError(f"{self.name} took more than {took} to read: it asks far "
                                 "more work than any document needs and is refused as damaged or hostile. Open it "
                                 "in the program that made it and export it as PDF or plain text, or split it.")
 

@@ -9,7 +9,6 @@ budget's clock and cancel flag are asked between pages and every few thousand op
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from . import document_formats as formats
@@ -29,8 +28,9 @@ MAX_PDF_CONTENT_BYTES = 512 * 1024 * 1024
 # 2 million operations, would run 10 billion.
 MAX_PDF_OPERATIONS = 60_000_000
 # A page whose content has none of these byte strings shows no text (pypdf skips such a page too): it is not parsed.
-_MAYBE_TEXT = re.compile(rb"T[jJ]|['\"]|Do")
-_FORMS = re.compile(rb"Do")  # a page that draws forms: their operations are counted as they run
+# bytes.find, not a regular expression: ten times faster over a large drawing.
+_MAYBE_TEXT = (b"Tj", b"TJ", b"'", b'"', b"Do")
+_FORMS = b"Do"  # a page that draws forms: their operations are counted as they run
 _ATTACH_PAGES = ("far more than any model's context holds. Attach the pages you want to ask about (print them "
                  "to a new PDF).")
 
@@ -73,11 +73,11 @@ def _pages_text(reader, name: str, budget: ReadBudget) -> list[str]:
             raise DocumentError(f"{name}'s pages draw more than {MAX_PDF_CONTENT_BYTES >> 20} MB of content: far "
                                 "more than any document of text needs; it is refused as damaged or hostile. "
                                 "Print the pages you want to ask about to a new PDF, or export it as text.")
-        if not _MAYBE_TEXT.search(data):
+        if not any(operator in data for operator in _MAYBE_TEXT):
             pages.append("")
             continue
         # the visitor makes pypdf parse every stream it reaches, text or not: only where forms may multiply the work
-        visitor = operations if _FORMS.search(data) else None
+        visitor = operations if _FORMS in data else None
         pages.append(page.extract_text(visitor_operand_before=visitor) or "")
         operations.raise_if_stopped()  # what a form swallowed
         chars += len(pages[-1])

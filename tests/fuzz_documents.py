@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
 from hypothesis import strategies as st
 
 from backend.documents import DOCUMENT_SUFFIXES, read_document
-from backend.errors import DocumentError
+from backend.errors import Cancelled, DocumentError
 
 SUFFIXES = sorted(set(DOCUMENT_SUFFIXES) | {".log"})  # and one the app reads as text by default
 ARCHIVES = {".docx", ".epub", ".odt"}
@@ -77,19 +77,54 @@ def damaged_inside(draw, seed: bytes) -> bytes:
     return out.getvalue()
 
 
+# Pieces of markup that parsers treat specially: a web page or an archive's part made of them reaches the element
+# count and the HTML and XML parsers behind it
+MARKUP = [b"<p>", b"<b>", b"</b>", b"<b/>", b"<!--", b"-->", b"<![CDATA[", b"]]>", b"<?xml version='1.0'?>",
+          b"<!DOCTYPE x [<!ENTITY a 'aa'>]>", b"&a;", b"&#0;", b"<script>", b"</script>", b"<a href='x'>", b"\xef\xbb\xbf",
+          b"\x00<\x00", b"<html>", b"<body>", b"x", b" ", b"\xff\xfe"]
+
+
+@st.composite
+def markup(draw) -> bytes:
+    return b"".join(draw(st.lists(st.sampled_from(MARKUP), max_size=200)))
+
+
+@st.composite
+def renamed_inside(draw, seed: bytes) -> bytes:
+    """A sound zip archive whose one part is renamed (everywhere the others name it: the element count goes by
+    what a part holds, not its name) and maybe replaced by markup."""
+    with zipfile.ZipFile(io.BytesIO(seed)) as original:
+        parts = {info.filename: original.read(info) for info in original.infolist()}
+    old = draw(st.sampled_from(sorted(parts)))
+    new = draw(st.text("abcxyz/._", min_size=1, max_size=12))
+    data = draw(st.one_of(st.just(parts.pop(old)), markup()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for member, content in parts.items():
+            archive.writestr(member, content.replace(old.encode(), new.encode()))
+        archive.writestr(new, data)
+    return out.getvalue()
+
+
 def document_bytes(seed: bytes, suffix: str):
     """The strategy for one suffix's files."""
-    return st.one_of([st.binary(max_size=3000), damaged(seed)] + ([damaged_inside(seed)] if suffix in ARCHIVES else []))
+    inside = [damaged_inside(seed), renamed_inside(seed)] if suffix in ARCHIVES else []
+    return st.one_of([st.binary(max_size=3000), damaged(seed), markup()] + inside)
 
 
-def read_fuzzed(raw: bytes, path: Path) -> str:
-    """Write `raw` at `path` and read it: "text" or "refused"; anything else raises (a finding)."""
+def read_fuzzed(raw: bytes, path: Path, stop_after: int | None = None) -> str:
+    """Write `raw` at `path` and read it: "text" or "refused" (or "stopped", when the reading is told to stop at
+    its `stop_after`-th question); anything else raises (a finding)."""
     path.write_bytes(raw)
+    asked = []
     try:
-        text = read_document(path)
+        text = read_document(path, None if stop_after is None else lambda: asked.append(1) or len(asked) > stop_after)
     except DocumentError as exc:
         assert str(exc) and "\n" not in str(exc), f"not a one-line message: {exc!r}"
         return "refused"
+    except Cancelled:
+        assert stop_after is not None and len(asked) == stop_after + 1, "stopped unasked, or went on after True"
+        return "stopped"
     assert isinstance(text, str) and text.strip(), "read, but no text"
     return "text"
 

@@ -27,6 +27,16 @@ def test_any_bytes_read_as_text_or_refused_with_a_document_error(seeds, tmp_path
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
+@settings(max_examples=10, deadline=30_000, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), stop_after=st.integers(0, 6))
+def test_reading_told_to_stop_gives_text_a_document_error_or_cancelled(seeds, tmp_path_factory, suffix, data,
+                                                                       stop_after):
+    raw = data.draw(st.one_of(st.just(seeds[suffix]), document_bytes(seeds[suffix], suffix)), label="bytes")
+    path = tmp_path_factory.getbasetemp() / f"stopped{suffix}"
+    assert read_fuzzed(raw, path, stop_after) in ("text", "refused", "stopped")
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
 def test_every_seed_reads_before_it_is_damaged(seeds, tmp_path, suffix):
     (tmp_path / f"seed{suffix}").write_bytes(seeds[suffix])
     assert "500 requests" in read_document(tmp_path / f"seed{suffix}")
