@@ -167,7 +167,7 @@ class ConversationStore:
         self.folder = Path(folder) if folder else data_dir() / "conversations"
         private_dir(self.folder)
 
-    def _file(self, conv_id: str) -> Path:
+    def file_of(self, conv_id: str) -> Path:
         return self.folder / f"{conv_id}.json"
 
     def save(self, conv: Conversation) -> None:
@@ -175,16 +175,16 @@ class ConversationStore:
         window or process wrote this conversation since this copy was read or saved, this copy is saved
         as a new conversation beside it instead ("… (copy)"): both are kept, neither overwrites the other."""
         with FileLock(self.folder / ".lock", mode=0o600, timeout=LOCK_TIMEOUT_S):
-            if _stamp(self._file(conv.id)) not in (None, getattr(conv, "disk_stamp", None)):
+            if _stamp(self.file_of(conv.id)) not in (None, getattr(conv, "disk_stamp", None)):
                 log.warning("conversation %s changed in another window; this copy is kept as a new one", conv.id)
                 conv.id, conv.title = uuid.uuid4().hex[:12], f"{conv.title} (copy)"
             conv.updated = time.time()
-            write_private(self._file(conv.id), _json_text(conv.to_dict()))
-            conv.disk_stamp = _stamp(self._file(conv.id))
+            write_private(self.file_of(conv.id), _json_text(conv.to_dict()))
+            conv.disk_stamp = _stamp(self.file_of(conv.id))
 
     def load(self, conv_id: str) -> Conversation:
         """One conversation; OSError, or ValueError saying what is wrong with a damaged file."""
-        p = self._file(conv_id)
+        p = self.file_of(conv_id)
         stamp = _stamp(p)
         conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name))
         conv.disk_stamp = stamp

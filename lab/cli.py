@@ -27,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_cli(argv: list[str]) -> int:
+def run_cli(argv: list[str], plan_for=None) -> int:
+    """`plan_for(engine, request, n_tokens)`: the plan each RidgeFill request of `fidelity` runs (an
+    experiment's variant: lab/evals/plans.py); None: the app's own."""
     args = build_parser().parse_args(argv)
+    args.plan_for = plan_for
     setup_logging(args.verbose)
     return run_command(args)

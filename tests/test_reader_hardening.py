@@ -191,7 +191,7 @@ def test_a_conversation_of_the_wrong_shape_is_set_aside_and_the_others_load(tmp_
     store = ConversationStore(tmp_path)
     good = Conversation(title="kept", document=Document("d", "text"), messages=[Message("user", "hi")])
     store.save(good)
-    assert store._file(good.id).stat().st_mode & 0o777 == 0o600
+    assert store.file_of(good.id).stat().st_mode & 0o777 == 0o600
     bad = {"list.json": "[]", "escape.json": json.dumps({**good.to_dict(), "id": "../outside"}),
            "message.json": json.dumps({**good.to_dict(), "id": "m1", "messages": [["user", "hi"]]})}
     for name, text in bad.items():

@@ -146,7 +146,7 @@ def _read_user(user_file: Path | None) -> list[dict]:
     """The user's entries that have a ModelEntry's shape; one that does not is skipped with a warning (and
     kept in the file: _save_user writes it back as it was)."""
     good = []
-    for d in _read_user_items(user_file):
+    for d in read_user_items(user_file):
         problem = _entry_problem(d)
         if problem:
             log.warning("%s: an entry is skipped (%s); fix or remove it in that file", user_file, problem)
@@ -155,7 +155,7 @@ def _read_user(user_file: Path | None) -> list[dict]:
     return good
 
 
-def _read_user_items(user_file: Path | None) -> list:
+def read_user_items(user_file: Path | None) -> list:
     """Every item of the user file's "models" list. A file that is not {"models": [...]} is set aside as
     NAME.bad-<time> (a damaged user list must not hide the built-in catalogue, nor be overwritten)."""
     if user_file is None:
@@ -188,5 +188,5 @@ def _entry_problem(d) -> str:
 
 def _save_user(user_file: Path, entry: ModelEntry) -> None:
     """Written whole under a unique temporary name (two processes adding at once never mix their bytes)."""
-    models = [d for d in _read_user_items(user_file) if not (isinstance(d, dict) and d.get("id") == entry.id)]
+    models = [d for d in read_user_items(user_file) if not (isinstance(d, dict) and d.get("id") == entry.id)]
     write_private(Path(user_file), json.dumps({"models": models + [asdict(entry)]}, indent=2))

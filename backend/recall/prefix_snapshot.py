@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from ..completion import complete
 from ..protocol import CompletionRequest, CompletionResult
+from ..ridgefill.injection import prefill_bulk
 from ..ridgefill.plan import RidgeFillPlan, plan_prefill
 from ..row_record import RowRecord
 
@@ -82,8 +83,6 @@ class PrefixSnapshots:
         slot = self.engine.slot
         slot.truncate(0)
         if isinstance(plan, RidgeFillPlan):
-            from ..ridgefill.injection import prefill_bulk
-
             prefill_bulk(self.engine, plan, shared)
         else:
             make_hook = getattr(plan, "cells", None)  # the exact plan's cell recorder (the sources read keys)

@@ -23,33 +23,11 @@ from ..errors import Cancelled
 from ..protocol import ProgressEvent
 from .bulk_tap import BulkTap
 from .cache_layout import CellTap, LayoutRefused
-from .stream_capture import capture_streams
+from .late_inputs import source_for
 from .lower_skip import SplitStreams
 from .runtime import RidgeFillRuntime, runtime
 
 log = logging.getLogger(__name__)
-
-
-class _Oracle:
-    """plumb: the true late-layer inputs from an exact capture, served chunk by chunk."""
-
-    def __init__(self, streams: dict[int, np.ndarray]):
-        self.streams = streams
-
-    def late_inputs(self, h_split: torch.Tensor, rows: slice) -> dict[int, torch.Tensor]:  # noqa: ARG002
-        return {l: torch.from_numpy(np.ascontiguousarray(s[rows], dtype=np.float32)) for l, s in self.streams.items()}
-
-
-class _Predictor:
-    """speed, quality, guided: the ridge maps' predictions from the stream entering the split."""
-
-    def __init__(self, maps):
-        self.maps = maps
-
-    def late_inputs(self, h_split: torch.Tensor, rows: slice) -> dict[int, torch.Tensor]:  # noqa: ARG002
-        if hasattr(self.maps, "predict_all"):
-            return self.maps.predict_all(h_split)
-        return {l: self.maps.predict(l, h_split) for l in self.maps.layers}
 
 
 class _Phases:
@@ -125,14 +103,7 @@ def prefill(engine, plan, tokens: list[int], reuse_prefix: bool, on_event, cance
     report = PrefillReport(mode=plan.mode, split=plan.split, tail=plan.tail, note=plan.note,
                            warnings=list(plan.warnings))
     report.cache_n = start = begin(run, reuse_prefix)  # rows reused; plumb: none, the true inputs captured
-    try:
-        for block in lower_layers(run, start):  # llama.cpp below the split, the graph cut there
-            inputs = predict(run, block)  # each late layer's input, from the stream entering the split
-            write_late(run, block, inputs)  # those layers' K/V, into the rows' cells
-    except BaseException:
-        run.drop_unwritten()
-        raise
-    report.bulk_n = max(0, run.pos - start)
+    report.bulk_n = bulk_steps(run, start)  # lower layers, late inputs predicted, late K/V written
     runs = choose_rows(run)  # quality: by token class; guided: rows the question attends to
     write_windows(run, runs)  # the late sliding-window K/V the chosen rows attend to
     report.exact_n = redecode(run, runs)  # the chosen rows through every layer, in place of theirs
@@ -173,16 +144,14 @@ class _Prefill:
 
 def begin(run: _Prefill, reuse_prefix: bool) -> int:
     """Sequence 0 holds the rows this prefill starts after (a reused prefix written the same way, or none),
-    and `run.source` gives the late inputs: the maps' predictions, or plumb's true ones (captured)."""
+    and `run.source` gives the late inputs (late_inputs.source_for: the maps' predictions, plumb's true
+    streams, captured, or the plan's own)."""
     engine, plan, slot = run.engine, run.plan, run.slot
-    if plan.mode == "plumb":
-        slot.truncate(0)
-        with run.phases("capture"):
-            run.source = _oracle(engine, run.tokens[: run.bulk_end], plan.split, run.cancel)
-        return 0
-    run.source = _Predictor(plan.maps)
-    start = slot.reusable_prefix(run.tokens, plan.tag) if reuse_prefix else 0
+    start = slot.reusable_prefix(run.tokens, plan.tag) if reuse_prefix and plan.mode != "plumb" else 0
     slot.truncate(start)
+    with run.phases("capture"):
+        run.source = source_for(engine, plan, run.tokens[: run.bulk_end], start, run.cancel)
+    slot.truncate(start)  # a source that captured decoded on sequence 0
     return start
 
 
@@ -191,7 +160,9 @@ def prefill_bulk(engine, plan, tokens: list[int]) -> None:
     run of a longer prompt starting with them writes there (evals/prefix_snapshot.py saves it)."""
     engine.slot.truncate(0)
     with one_torch_thread():
-        bulk_pass(engine, plan, tokens, 0, len(tokens), _Predictor(plan.maps))
+        source = source_for(engine, plan, tokens, 0)
+        engine.slot.truncate(0)
+        bulk_pass(engine, plan, tokens, 0, len(tokens), source)
 
 
 # Late-layer K/V are written for this many bulk rows at a time, with all the engine's threads, after
@@ -225,6 +196,14 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
     layers are written."""
     run = _Prefill(engine, plan, tokens, bulk_end, on_event=on_event, cancel=cancel, t0=t0, phases=phases,
                    source=source)
+    return bulk_steps(run, start)
+
+
+def bulk_steps(run: _Prefill, start: int) -> int:
+    """The method's first three steps for rows [start, bulk_end), a block at a time: llama.cpp below the
+    split (the graph cut there), each late layer's input from the stream entering the split, those layers'
+    K/V written into the rows' cells. Returns the rows done; on any exception (Cancelled between chunks)
+    the cache keeps only rows whose late layers are written."""
     try:
         for block in lower_layers(run, start):
             write_late(run, block, predict(run, block))
@@ -232,13 +211,6 @@ def bulk_pass(engine, plan, tokens: list[int], start: int, bulk_end: int, source
         run.drop_unwritten()
         raise
     return max(0, run.pos - start)
-
-
-def _oracle(engine, bulk: list[int], split: int, cancel) -> _Oracle:
-    """plumb's source: the exact model's streams entering every late layer (float32: a float16 stream
-    alone costs ~5e-4 relative error in every K/V row)."""
-    late = list(range(split + 1, engine.info.n_layer))
-    return _Oracle(capture_streams(engine, [bulk], late, cancel=cancel, dtype=np.float32) if late else {})
 
 
 def lower_layers(run: _Prefill, start: int):
@@ -374,7 +346,7 @@ def _late_writes(engine, rt: RidgeFillRuntime, plan, inputs, pos: int, n: int, c
                 continue
             rows = slice(first, n)
         yield from rt.writer.writes(il, inputs[il][rows], positions[rows], cells[ll.k_index][rows],
-                                    cells[ll.v_index][rows])
+                                    cells[ll.v_index][rows], compute=plan.kv)
 
 
 def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> None:
@@ -397,4 +369,4 @@ def _write_windows(engine, rt: RidgeFillRuntime, plan, runs, bulk_end: int) -> N
     late_swa = sorted(il for il in rt.windows.windowed if il >= plan.split)
     with torch_threads(engine.config.n_threads):
         engine.slot.write_late(w for il in late_swa for w in rt.writer.writes(
-            il, h if il == plan.split else plan.maps.predict(il, h), positions, cells, cells))
+            il, h if il == plan.split else plan.maps.predict(il, h), positions, cells, cells, compute=plan.kv))

@@ -107,7 +107,7 @@ def _block_mins(t) -> torch.Tensor | None:
     return torch.from_numpy(m.astype(np.float32))
 
 
-def _matmul(x: torch.Tensor, w: torch.Tensor, act: str, mins: torch.Tensor | None) -> torch.Tensor:
+def quantized_matmul(x: torch.Tensor, w: torch.Tensor, act: str, mins: torch.Tensor | None) -> torch.Tensor:
     if mins is not None and act == "q8_1":
         xq, s = q8_1_with_sums(x)
         return xq @ w.T + s @ mins.T
@@ -204,7 +204,7 @@ def apply_rope(x: torch.Tensor, p: RopeParams, pos: torch.Tensor) -> torch.Tenso
     return out
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
@@ -218,21 +218,23 @@ class KVWriter:
     def compute(self, il: int, h: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K (after RoPE) and V rows (n, n_embd_gqa) float32 for the input stream h (n, n_embd)."""
         w, ll = self.weights[il], self.layout.layers[il]
-        x = _rms(h.float(), w.attn_norm, self.eps)
-        k = _matmul(x, w.wk, w.k_act, w.k_min)
-        v = _matmul(x, w.wv, w.v_act, w.v_min)
+        x = rms_norm(h.float(), w.attn_norm, self.eps)
+        k = quantized_matmul(x, w.wk, w.k_act, w.k_min)
+        v = quantized_matmul(x, w.wv, w.v_act, w.v_min)
         if w.bk is not None:
             k = k + w.bk
         if w.bv is not None:
             v = v + w.bv
         k = k.view(-1, ll.n_head_kv, ll.head_dim_k)
         if w.k_norm is not None:
-            k = _rms(k, w.k_norm, self.eps)
+            k = rms_norm(k, w.k_norm, self.eps)
         k = apply_rope(k, ll.rope, pos)
         return k.reshape(k.shape[0], -1), v
 
-    def writes(self, il: int, h: torch.Tensor, pos: torch.Tensor, k_cells: np.ndarray, v_cells: np.ndarray) -> list:
-        """Layer `il`'s K and V rows for `h` at `pos`, as the slot's writes into those cells (backend/slot.py)."""
-        k, v = self.compute(il, h, pos)
+    def writes(self, il: int, h: torch.Tensor, pos: torch.Tensor, k_cells: np.ndarray, v_cells: np.ndarray,
+               compute=None) -> list:
+        """Layer `il`'s K and V rows for `h` at `pos`, as the slot's writes into those cells (backend/slot.py);
+        `compute(writer, il, h, pos)` in place of the layer's own projections (a plan's `kv`)."""
+        k, v = self.compute(il, h, pos) if compute is None else compute(self, il, h, pos)
         ll: LayerLayout = self.layout.layers[il]
         return [(ll.k_cache, k_cells, k.numpy().astype(np.float16)), (ll.v_cache, v_cells, v.numpy().astype(np.float16))]

@@ -9,6 +9,7 @@ fake engine with those three can be planned for (tests/test_ridgefill_plan.py).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -37,6 +38,9 @@ class RidgeFillPlan:
     guided: GuidedParams = GuidedParams()  # guided: how the question's attention picks rows
     write_late: bool = True  # False: a control that skips late-layer writes (must differ from exact)
     window_bulk: bool = False  # bulk rows' attentions below the split see the sliding window only
+    # The strategy's parts a plan may hand in (the lab's variants are plans, never patches):
+    inputs: Callable | None = None  # makes the late inputs' source (late_inputs.source_for); None: maps/plumb's
+    kv: Callable | None = None  # kv(writer, il, h, pos) -> (K, V) of a late layer; None: its own projections
 
     def run(self, engine, tokens, *, reuse_prefix, on_event, cancel) -> PrefillReport:
         return run_plan(engine, self, tokens, reuse_prefix=reuse_prefix, on_event=on_event, cancel=cancel)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .cache_layout import GraphLayout
-from .kv_writer import _matmul, _rms, apply_rope, layer_tensor, matmul_weight, open_weights
+from .kv_writer import apply_rope, layer_tensor, matmul_weight, open_weights, quantized_matmul, rms_norm
 
 
 @dataclass
@@ -34,11 +34,11 @@ class QueryPath:
     def queries(self, il: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Q after RoPE, (n, n_head, head_dim) float32, for the layer input h (n, n_embd)."""
         w, ll = self.weights[il], self.layout.layers[il]
-        x = _rms(h.float(), w.attn_norm, self.eps)
-        q = _matmul(x, w.wq, w.act, w.q_min)
+        x = rms_norm(h.float(), w.attn_norm, self.eps)
+        q = quantized_matmul(x, w.wq, w.act, w.q_min)
         if w.bq is not None:
             q = q + w.bq
         q = q.view(q.shape[0], self.n_head, -1)
         if w.q_norm is not None:
-            q = _rms(q, w.q_norm, self.eps)
+            q = rms_norm(q, w.q_norm, self.eps)
         return apply_rope(q, ll.rope, pos)

@@ -82,7 +82,8 @@ def run(args) -> int:
     out = args.out or str(data_dir() / "evals" / "fidelity.jsonl")
     n = sum(len(d.questions) for d in docs)
     say(f"{n} questions about {len(docs)} documents; exact and {', '.join(s.name for s in settings)}; results -> {out}")
-    runner = FidelityRun(engine_for, Path(model_path(args)).name, out, tail=args.tail, on_line=_progress)
+    runner = FidelityRun(engine_for, Path(model_path(args)).name, out, tail=args.tail, on_line=_progress,
+                         plan_for=getattr(args, "plan_for", None))
     try:
         lines = runner.run(docs, settings)
     finally:

@@ -94,13 +94,13 @@ def check_conversation(data, work: Path) -> str:
     outcome = _kept_or_set_aside(path, data)
     for c in convs:
         store.save(c)
-        assert _json(store.load(c.id)) == _json(c) and store._file(c.id).stat().st_mode & 0o077 == 0
+        assert _json(store.load(c.id)) == _json(c) and store.file_of(c.id).stat().st_mode & 0o077 == 0
     return outcome
 
 
 def check_catalogue(data, work: Path) -> str:
     """load_catalogue: built-ins plus the user's good entries; adding one keeps every item the file held."""
-    from backend.hub.catalogue import _read_user_items, add_hub, find_entry, load_catalogue
+    from backend.hub.catalogue import read_user_items, add_hub, find_entry, load_catalogue
 
     path = work / "user_models.json"
     path.write_bytes(as_bytes(data))
@@ -108,9 +108,9 @@ def check_catalogue(data, work: Path) -> str:
     for e in entries:
         assert find_entry(e.id, entries).id == e.id
     outcome = _kept_or_set_aside(path, data)
-    before = [d for d in _read_user_items(path) if not (isinstance(d, dict) and d.get("id") == "o-x")]
+    before = [d for d in read_user_items(path) if not (isinstance(d, dict) and d.get("id") == "o-x")]
     add_hub("o/r", "x.gguf", path)
-    assert json.dumps(_read_user_items(path)[:-1]) == json.dumps(before) and find_entry("o-x", load_catalogue(path))
+    assert json.dumps(read_user_items(path)[:-1]) == json.dumps(before) and find_entry("o-x", load_catalogue(path))
     return outcome
 
 

@@ -82,9 +82,10 @@ class FidelityRun:
 
     def __init__(self, engine_for: Callable[[Setting], object], model: str, out_path: str | Path,
                  tail: int | None = None, on_line: Callable[[dict], None] | None = None,
-                 cancel: Callable[[], bool] | None = None):
+                 cancel: Callable[[], bool] | None = None, plan_for: Callable | None = None):
         self.engine_for, self.model, self.out = engine_for, model, Path(out_path)
         self.tail, self.on_line, self.cancel = tail, on_line, cancel
+        self.plan_for = plan_for  # (engine, request, n_tokens) -> the plan a RidgeFill setting runs; None: the app's
         self.done = {(r["model"], r["id"], r["setting"]): r for r in load_results(self.out)
                      if r.get("kind") == "fidelity"}
 
@@ -126,8 +127,13 @@ class FidelityRun:
 
     def _answer(self, engine, snapshots, request, shared_n: int, q) -> dict:
         t0 = time.perf_counter()
-        result = snapshots.complete(request, shared_n) if shared_n else complete(engine, replace(request, reuse_prefix=False))
         prompt = engine.prompt_tokens(request)
+        plan = None
+        if self.plan_for is not None:
+            engine.make_room(len(prompt), request.max_tokens)  # planned for the context it runs in
+            plan = self.plan_for(engine, request, len(prompt))
+        result = (snapshots.complete(request, shared_n, plan=plan) if shared_n
+                  else complete(engine, replace(request, reuse_prefix=False), plan=plan))
         exact = self.done.get((self.model, q.id, EXACT))
         reference = exact["reply_tokens"] if exact and "reply_tokens" in exact else list(result.tokens)
         t = result.timings

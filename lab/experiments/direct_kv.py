@@ -24,12 +24,13 @@ import numpy as np
 import torch
 
 from backend.engine import Engine, EngineConfig
-from backend.ridgefill import injection
 from backend.ridgefill.fitting import fit_layers, heldout_documents, mean_cosine
-from backend.ridgefill.kv_writer import _matmul, _rms, apply_rope
+from backend.ridgefill.kv_writer import apply_rope, quantized_matmul, rms_norm
+from backend.ridgefill.late_inputs import MapsInputs
 from backend.ridgefill.maps import find_maps
 from backend.ridgefill.runtime import runtime
 from backend.ridgefill.stream_capture import capture_streams
+from lab.evals.plans import variant
 from lab.experiments.long_context_maps import BLOCK_ROWS, long_sequences
 
 STRIDE = 4
@@ -38,15 +39,15 @@ STRIDE = 4
 def raw_kv(writer, il: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer il's K before its K-norm and RoPE, and its V, for input streams h (the writer's own path)."""
     w = writer.weights[il]
-    x = _rms(h.float(), w.attn_norm, writer.eps)
-    k, v = _matmul(x, w.wk, w.k_act, w.k_min), _matmul(x, w.wv, w.v_act, w.v_min)
+    x = rms_norm(h.float(), w.attn_norm, writer.eps)
+    k, v = quantized_matmul(x, w.wk, w.k_act, w.k_min), quantized_matmul(x, w.wv, w.v_act, w.v_min)
     return (k if w.bk is None else k + w.bk), (v if w.bv is None else v + w.bv)
 
 
 def normed_k(writer, il: int, k_raw: torch.Tensor) -> torch.Tensor:
     w, ll = writer.weights[il], writer.layout.layers[il]
     k = k_raw.view(-1, ll.n_head_kv, ll.head_dim_k)
-    return (k if w.k_norm is None else _rms(k, w.k_norm, writer.eps)).reshape(len(k_raw), -1)
+    return (k if w.k_norm is None else rms_norm(k, w.k_norm, writer.eps)).reshape(len(k_raw), -1)
 
 
 def fit(model: str, out: str, split: int = 5, layer: int = 11, tokens: int = 12000) -> int:
@@ -87,7 +88,7 @@ def fit_features(model: str, n_features: int = 2048, split: int = 5, layer: int 
         hs.append(got[layer])
     x, h = torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(hs))
     k_raw, v = raw_kv(writer, layer, h)
-    scaled = _rms(x, torch.ones(x.shape[1]), writer.eps)  # the features see the direction, not the norm
+    scaled = rms_norm(x, torch.ones(x.shape[1]), writer.eps)  # the features see the direction, not the norm
     r = torch.randn(x.shape[1], n_features, generator=torch.Generator().manual_seed(0)) / x.shape[1] ** 0.5
     f = torch.cat([x, torch.relu(scaled @ r)], dim=1)
     blocks = torch.arange(len(x)) // (BLOCK_ROWS * 2)
@@ -107,7 +108,7 @@ def fit_features(model: str, n_features: int = 2048, split: int = 5, layer: int 
 
 
 class StashSplit:
-    """The bulk pass's source, keeping each block's split stream for the patched writer."""
+    """The shared rows' source, keeping each block's split stream for the plan's `kv`."""
 
     def __init__(self, base):
         self.base, self.h = base, None
@@ -117,13 +118,15 @@ class StashSplit:
         return self.base.late_inputs(h_split, rows)
 
 
-def direct_compute(writer, saved: dict, source: StashSplit, which: str):
-    """The writer's `compute` (which its `writes` calls) with the saved layer's K and V from the direct fit."""
-    il, compute = saved["layer"], writer.compute
+def direct_kv(saved: dict, source_of, which: str):
+    """A plan's `kv`: the layer's own K and V, but the saved layer's from the direct fit while the shared
+    rows are written (their source a StashSplit)."""
+    il = saved["layer"]
 
-    def with_direct(layer, h, pos):
-        k, v = compute(layer, h, pos)
-        if layer == il and source.h is not None and len(source.h) == len(h):
+    def with_direct(writer, layer, h, pos):
+        k, v = writer.compute(layer, h, pos)
+        source = source_of()
+        if layer == il and isinstance(source, StashSplit) and source.h is not None and len(source.h) == len(h):
             ll = writer.layout.layers[il]
             if "k" in which:
                 k_raw = torch.addmm(saved["k"][1], source.h, saved["k"][0].T)
@@ -135,43 +138,36 @@ def direct_compute(writer, saved: dict, source: StashSplit, which: str):
     return with_direct
 
 
-def tempered_writes(writer, il: int, alpha: float):
-    writes_of = writer.writes
-
-    def writes(layer, h, pos, k_cells, v_cells):
-        out = writes_of(layer, h, pos, k_cells, v_cells)
-        if layer == il:
-            (k_cache, cells, k), v_write = out
-            out = [(k_cache, cells, (k.astype(np.float32) * alpha).astype(np.float16)), v_write]
-        return out
-    return writes
+def tempered_kv(il: int, alpha: float, source_of):
+    """A plan's `kv`: layer il's predicted K times `alpha` while the shared rows are written."""
+    def tempered(writer, layer, h, pos):
+        k, v = writer.compute(layer, h, pos)
+        if layer == il and isinstance(source_of(), StashSplit):
+            k = k * alpha
+        return k, v
+    return tempered
 
 
 def fidelity(saved_path: str, which: str, lab_args: list[str], temper: tuple[float, int] | None = None) -> int:
     saved = torch.load(saved_path) if temper is None else None
+    current = {"source": None}
 
-    def prefill_bulk(engine, plan, tokens: list[int]) -> None:
-        engine.slot.truncate(0)
-        writer = runtime(engine).writer
-        source = StashSplit(injection._Predictor(plan.maps))
-        if temper:  # the writer's writes, or its compute, replaced for this pass; the class's own after
-            name, patched = "writes", tempered_writes(writer, temper[1], temper[0])
-        else:
-            name, patched = "compute", direct_compute(writer, saved, source, which)
-        setattr(writer, name, patched)
-        what = f"K times {temper[0]}" if temper else f"{which} fitted directly"
-        print(f"bulk of {len(tokens)} rows: layer {temper[1] if temper else saved['layer']}'s {what}",
-              file=sys.stderr, flush=True)
-        try:
-            with injection.one_torch_thread():
-                injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
-        finally:
-            delattr(writer, name)  # the class's own again
+    def inputs(engine, plan, bulk, start, cancel):  # noqa: ARG001
+        current["source"] = StashSplit(MapsInputs(plan.maps)) if start == 0 else MapsInputs(plan.maps)
+        if start == 0:
+            what = f"K times {temper[0]}" if temper else f"{which} fitted directly"
+            print(f"bulk of {len(bulk)} rows: layer {temper[1] if temper else saved['layer']}'s {what}",
+                  file=sys.stderr, flush=True)
+        return current["source"]
 
-    injection.prefill_bulk = prefill_bulk
+    def source_of():
+        return current["source"]
+
+    kv = tempered_kv(temper[1], temper[0], source_of) if temper else direct_kv(saved, source_of, which)
     from lab.cli import run_cli
 
-    return run_cli(lab_args)
+    name = f"temper{temper}" if temper else f"direct-{which}-{saved_path}"
+    return run_cli(lab_args, plan_for=variant(name, inputs=inputs, kv=kv))
 
 
 def main(argv: list[str]) -> int:

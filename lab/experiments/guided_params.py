@@ -1,5 +1,6 @@
-"""A lab command run with guided's parameters changed (backend/ridgefill/guided.GuidedParams), e.g. the
-question also scored at the first global layer above the split, whose keys the maps predict:
+"""`python -m lab fidelity` run with guided's parameters changed (backend/ridgefill/guided.GuidedParams), e.g.
+the question also scored at the first global layer above the split, whose keys the maps predict (the
+plan carries them: lab/evals/plans.py):
 
     .venv/bin/python -m lab.experiments.guided_params [above] [budget=1024 ...] -- LAB_ARGS
 
@@ -9,10 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from functools import partial
-
-from backend.ridgefill import plan
 from backend.ridgefill.guided import GuidedParams
+from lab.evals.plans import variant
 
 
 def parsed(pairs: list[str]) -> dict:
@@ -45,11 +44,13 @@ def main(argv: list[str]) -> int:
     cut = argv.index("--")
     above = "above" in argv[:cut]
     overrides = parsed([a for a in argv[:cut] if a != "above"])
-    plan.GuidedParams = partial(ScoredAbove if above else GuidedParams, **overrides)
+    kind = ScoredAbove if above else GuidedParams
+    plan_for = variant(f"guided{overrides}{above}", guided=lambda plan: kind(**{**dataclasses.asdict(plan.guided),
+                                                                                   **overrides}))
     print(f"guided with {overrides}{', scored above the split too' if above else ''}", file=sys.stderr, flush=True)
     from lab.cli import run_cli
 
-    return run_cli(argv[cut + 1:])
+    return run_cli(argv[cut + 1:], plan_for=plan_for)
 
 
 if __name__ == "__main__":

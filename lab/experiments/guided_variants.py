@@ -32,7 +32,6 @@ from backend.ridgefill.maps import RidgeMaps
 from backend.ridgefill.plan import plan_prefill, plan_ridgefill
 
 RESULTS = "docs/data/realqa-smollm2-s18.jsonl"
-GGML_TYPE_Q8_0 = 8
 
 
 class ZeroMaps:
@@ -104,11 +103,13 @@ def plan_for(engine, name, item, request):
     if name.startswith("maps:"):
         return replace(base, maps=fitted_maps(name[5:], base.maps), tag=f"{base.tag}-{name}")
     if name.startswith("scale:"):
-        return replace(base, tag=f"{base.tag}-{name}")
-    if name.startswith("kv:"):
-        from kv_maps import KVMaps
+        from kv_maps import scaled_kv_of
 
-        return replace(base, maps=KVMaps(base.maps, name[3:]), tag=f"{base.tag}-{name}")
+        return replace(base, kv=scaled_kv_of(name[6:]), tag=f"{base.tag}-{name}")
+    if name.startswith("kv:"):
+        from kv_maps import KVMaps, fitted_kv_of
+
+        return replace(base, maps=KVMaps(base.maps, name[3:]), kv=fitted_kv_of(name[3:]), tag=f"{base.tag}-{name}")
     if name == "qwin":  # the probe's rows cut to those after the document (the question and the template)
         from lab.evals.sources import item_document
         from backend.sources import place_documents
@@ -131,29 +132,13 @@ def plan_for(engine, name, item, request):
 
 
 def engine_for(name):
-    """The default engine (its K/V writer patched for `kv:` and `scale:`), or for `exact-kvq8` /
-    `exact-ubN` one whose arithmetic differs a little."""
-    import backend.engine as engine_module
-
+    """The default engine, or for `exact-kvq8` / `exact-ubN` one whose arithmetic differs a little."""
     args = SimpleNamespace(model=None, ctx=AUTO_CTX, threads=int(os.environ.get("THREADS", 2)))  # 1 beside another run
     if name == "exact-kvq8":
-        f16, engine_module.GGML_TYPE_F16 = engine_module.GGML_TYPE_F16, GGML_TYPE_Q8_0  # the K/V type's one use
-        try:
-            return open_engine(args)
-        finally:
-            engine_module.GGML_TYPE_F16 = f16
+        return Engine(EngineConfig(model_path(args), n_ctx=AUTO_CTX, n_threads=args.threads, kv_type="q8_0"))
     if name.startswith("exact-ub"):
         return Engine(EngineConfig(model_path(args), n_ctx=AUTO_CTX, n_threads=2, n_ubatch=int(name[8:])))
-    engine = open_engine(args)
-    if name.startswith("kv:"):
-        from kv_maps import install
-
-        install(engine, name[3:])
-    if name.startswith("scale:"):
-        from kv_maps import install_scales
-
-        install_scales(engine, name[6:])
-    return engine
+    return open_engine(args)
 
 
 def main(out, names, only=None):

@@ -55,7 +55,7 @@ def main(out: str, split: int = 18) -> None:
 
 class KVMaps:
     """The shipped maps' stand-in for the plan: every late layer's "input" is the split stream itself,
-    which `install` makes the writer turn into K and V through the fitted maps."""
+    which the plan's `kv` (fitted_kv_of) turns into K and V through the fitted maps."""
 
     def __init__(self, maps, path: str):
         self.split, self.layers, self.warnings = maps.split, maps.layers, []
@@ -65,21 +65,19 @@ class KVMaps:
         return {il: h for il in self.layers}
 
 
-def install(engine, path: str) -> None:
-    """The engine's K/V writer computes the late layers fitted here from the split stream it is given."""
+def fitted_kv_of(path: str):
+    """A plan's `kv`: the late layers fitted here turn the split stream they are given into K and V."""
     fit = torch.load(path)
-    writer, own = runtime(engine).writer, runtime(engine).writer.compute
     kv_layers = {t // 2 for t in fit["weights"]}
 
-    def compute(il, h, pos):
+    def kv(writer, il, h, pos):
         if il not in kv_layers:
-            return own(il, h, pos)
+            return writer.compute(il, h, pos)
         ll = writer.layout.layers[il]
         k, v = fitted_kv(fit, il, h)
         k = apply_rope(k.view(-1, ll.n_head_kv, ll.head_dim_k), ll.rope, pos)
         return k.reshape(k.shape[0], -1), v
-
-    writer.compute = compute
+    return kv
 
 
 def compare(path: str, documents: int = 4) -> None:
@@ -134,16 +132,14 @@ def scales(out: str, split: int = 18, sequences: int = 8) -> None:
     print(out, {f"{il}{part}": round(f, 3) for (il, part), f in factors.items()})
 
 
-def install_scales(engine, path: str) -> None:
-    """The engine's K/V writer scales the late layers' K and V by the factors `scales` wrote."""
+def scaled_kv_of(path: str):
+    """A plan's `kv`: the late layers' K and V scaled by the factors `scales` wrote."""
     factors = torch.load(path)["factors"]
-    own = runtime(engine).writer.compute
 
-    def compute(il, h, pos):
-        k, v = own(il, h, pos)
+    def kv(writer, il, h, pos):
+        k, v = writer.compute(il, h, pos)
         return k * factors.get((il, "k"), 1.0), v * factors.get((il, "v"), 1.0)
-
-    runtime(engine).writer.compute = compute
+    return kv
 
 
 if __name__ == "__main__" and sys.argv[1] == "scales":

@@ -25,8 +25,9 @@ import sys
 
 import torch
 
-from backend.ridgefill import injection
+from backend.ridgefill.late_inputs import MapsInputs, TrueInputs, true_inputs
 from backend.ridgefill.runtime import runtime
+from lab.evals.plans import variant
 from lab.experiments.local_streams import local_streams
 
 
@@ -64,21 +65,17 @@ class MixedSource:
         return inputs
 
 
-def exact_half_only(writer, source_of, keep: str) -> None:
-    """At the oracle's layers, only K (keep="k") or only V (keep="v") from the exact input; the other
-    from the maps' prediction (the block's, stashed by MixedSource). Replaces the writer's `compute`,
-    which its `writes` calls."""
-    compute = writer.compute
-
-    def mixed_compute(il, h, pos):
+def exact_half_only(keep: str, source_of):
+    """A plan's `kv`: at the oracle's layers, only K (keep="k") or only V (keep="v") from the exact input;
+    the other from the maps' prediction (the block's, stashed by MixedSource)."""
+    def mixed_kv(writer, il, h, pos):
         source = source_of()
-        k, v = compute(il, h, pos)
-        if source is not None and il in source.layers and il in source.predicted:
-            k_pred, v_pred = compute(il, source.predicted[il][-len(h):], pos)
+        k, v = writer.compute(il, h, pos)
+        if isinstance(source, MixedSource) and il in source.layers and il in source.predicted:
+            k_pred, v_pred = writer.compute(il, source.predicted[il][-len(h):], pos)
             k, v = (k, v_pred) if keep == "k" else (k_pred, v)
         return k, v
-
-    writer.compute = mixed_compute
+    return mixed_kv
 
 
 def chosen_layers(engine, split: int, which: str) -> set[int]:
@@ -90,38 +87,37 @@ def chosen_layers(engine, split: int, which: str) -> set[int]:
     return {int(x) for x in which.split(",")} & late
 
 
-def mixed_prefill_bulk(which: str, maps_file: str | None, share: float = 1.0, keep: str | None = None,
-                       local: tuple[int, int] | None = None):
+def mixed_plan(which: str, maps_file: str | None, share: float = 1.0, keep: str | None = None,
+               local: tuple[int, int] | None = None):
+    """plan_for: the app's plan whose shared rows (a bulk pass from row 0) take `which` layers' inputs from
+    an oracle and the others from the maps (or `maps_file`'s); a question's own rows as in the app."""
     saved = torch.load(maps_file) if maps_file else None
     other_maps = FileMaps(saved) if saved is not None and not saved.get("context") else None
+    current = {"source": None}  # the source of the pass in progress, for `keep`'s K/V
 
-    def prefill_bulk(engine, plan, tokens: list[int]) -> None:
+    def inputs(engine, plan, bulk: list[int], start: int, cancel):
+        predictor = MapsInputs(plan.maps)
+        if start > 0:
+            current["source"] = predictor
+            return predictor
         layers = chosen_layers(engine, plan.split, which)
-        engine.slot.truncate(0)
         if layers and local:
-            oracle = injection._Oracle(local_streams(engine, tokens, sorted(layers), *local))
+            oracle = TrueInputs(local_streams(engine, bulk, sorted(layers), *local))
         else:
-            oracle = injection._oracle(engine, tokens, plan.split, None) if layers else None
-        engine.slot.truncate(0)
-        predictor = injection._Predictor(other_maps or plan.maps)
+            oracle = true_inputs(engine, bulk, plan.split, cancel) if layers else None
+        predictor = MapsInputs(other_maps or plan.maps)
         if saved is not None and saved.get("context"):  # context_maps.py: one source per prompt
             from lab.experiments.context_maps import ContextSource
 
             predictor = ContextSource(saved, predictor)
-        source = MixedSource(oracle, predictor, layers, share) if layers else predictor
-        if keep:
-            writer = runtime(engine).writer
-            exact_half_only(writer, lambda: source, keep)
+        current["source"] = MixedSource(oracle, predictor, layers, share) if layers else predictor
         source_name = "by-block" if local else "exact"
-        print(f"bulk of {len(tokens)} rows: {source_name} inputs at layers {sorted(layers)}, the others from "
+        print(f"bulk of {len(bulk)} rows: {source_name} inputs at layers {sorted(layers)}, the others from "
               f"{maps_file or 'the maps'}", file=sys.stderr, flush=True)
-        try:
-            with injection.one_torch_thread():
-                injection.bulk_pass(engine, plan, tokens, 0, len(tokens), source)
-        finally:
-            if keep:
-                del writer.compute  # the class's own again
-    return prefill_bulk
+        return current["source"]
+
+    kv = exact_half_only(keep, lambda: current["source"]) if keep else None
+    return variant(f"oracle-{which}-{share}-{keep}-{local}-{maps_file}", inputs=inputs, kv=kv)
 
 
 def main(argv: list[str]) -> int:
@@ -134,10 +130,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("lab_args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     lab_args = args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args
-    injection.prefill_bulk = mixed_prefill_bulk(args.layers, args.maps, args.share, args.keep, args.local)
     from lab.cli import run_cli
 
-    return run_cli(lab_args)
+    return run_cli(lab_args, plan_for=mixed_plan(args.layers, args.maps, args.share, args.keep, args.local))
 
 
 if __name__ == "__main__":

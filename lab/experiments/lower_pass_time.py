@@ -20,10 +20,7 @@ from backend.embedded_models import smollm2_path  # noqa: E402
 from backend.recall.haystacks import corpus_haystack  # noqa: E402
 from backend.ridgefill.runtime import warm_up  # noqa: E402
 
-try:
-    from backend.ridgefill.bulk_tap import BulkTap  # noqa: E402
-except ImportError:  # an older commit
-    from backend.ridgefill.injection import _BulkTap as BulkTap  # noqa: E402
+from backend.ridgefill.bulk_tap import BulkTap  # noqa: E402
 
 SPLIT, N = 18, 4096
 
