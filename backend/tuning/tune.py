@@ -46,6 +46,8 @@ from ..recall.haystacks import corpus_haystack
 from ..recall.needles import NeedleItem, build_item
 from ..recall.run import run_recall
 from .items import REAL_PER_PART, RealQuestions, bulk_items, real_counts, real_question_items
+from .rules import (MIN_GAIN, MIN_REAL_RIGHT, RULE, candidate_keeps, informative, keeps_real,  # noqa: F401
+                    keeps_recall, real_informative, real_unjudged, tolerance)
 
 log = logging.getLogger(__name__)
 
@@ -59,65 +61,12 @@ DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks 
 # candidates (9 losing needles, 12 and 15 holding them) fit in 25 minutes.
 DEFAULT_BUDGET_S = 1500.0
 SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
-MIN_GAIN = 1.05  # a candidate must be at least this much faster than exact: below it, nothing is won
 LONG_CONTEXT = 32768  # a model trained on this many tokens is also judged on LONG_LENGTH-token items
 LONG_LENGTH = 16000
 LONG_VARIANTS = ("single",)  # 3 depths x 2 haystacks = 6 items
 # Exact takes about a minute a 16,000-token item on Gemma 3 270M (2 threads), guided about half: exact and
 # four candidates fit; the real questions add about twice SmolLM2's (unmeasured: a model twice its size).
 LONG_BUDGET_S = 3600.0
-# Real questions judge a split only when exact answers at least this many right: with k = 5 a split that
-# loses three in four of them (SmolLM2 at S = 12: 30 of 41) still keeps them (1 lost at most) 2% of the
-# time, with k = 4 6%, with k = 3 18%: fewer right answers say nothing about the maps.
-MIN_REAL_RIGHT = 5
-RULE = ("keeps recall: at most 1 + n // 24 needle items lost (right exact, wrong at the split), decided only "
-        "when exact recalls at least half of them; and of the k real questions exact answers right, at most "
-        f"1 + k // 24 more lost than gained, judged only when k >= {MIN_REAL_RIGHT} (else needles alone); the "
-        f"lowest candidate that keeps both is chosen; a candidate whose requests ran exact, or less than "
-        f"{MIN_GAIN}x faster than exact, is refused")
-
-
-def tolerance(n: int) -> int:
-    return 1 + n // 24
-
-
-def informative(exact_correct: int, n: int) -> bool:
-    """Whether exact recalls enough of the items for them to judge the maps (at least half)."""
-    return n > 0 and 2 * exact_correct >= n
-
-
-def keeps_recall(lost: int, exact_correct: int, n: int) -> bool:
-    """`lost`: items exact answered right and the candidate wrong."""
-    return informative(exact_correct, n) and lost <= tolerance(n)
-
-
-def real_informative(k: int) -> bool:
-    """Whether exact answers enough real questions right (k) for them to judge the maps."""
-    return k >= MIN_REAL_RIGHT
-
-
-def keeps_real(lost: int, gained: int, k: int) -> bool | None:
-    """Whether a candidate keeps exact's k right real answers: at most tolerance(k) more lost (right exact,
-    wrong at the split) than gained (the reverse); None when k is too few to judge. Net, not lost alone: real
-    answers flip both ways (S = 18 on all 191 lost 11 and gained 9, p = 0.82), and a losses-only rule
-    refused it on 32 items (3 lost, 3 gained) as it refused S = 12 (4 lost, 1 gained)."""
-    return lost - gained <= tolerance(k) if real_informative(k) else None
-
-
-def candidate_keeps(needles: bool, real: RealQuestions | None, refused: str) -> bool:
-    """Whether a measured candidate may be chosen: it keeps the needles, it keeps real questions where they
-    judge it, and nothing refused it."""
-    return needles and not refused and (real is None or real.keeps is not False)
-
-
-def real_unjudged(real: RealQuestions) -> str:
-    """Why the real questions do not judge the splits; "" when they do (or none were run)."""
-    if real.n == 0 or real_informative(real.exact_correct):
-        return ""
-    return (f"exact answered only {real.exact_correct} of {real.n} real questions right (needs {MIN_REAL_RIGHT}): "
-            "judged on needles alone")
-
-
 def long_length(engine) -> int:
     """LONG_LENGTH where the model has a long context and the engine holds such a prompt; else 0."""
     ctx_max = getattr(engine, "n_ctx_max", engine.n_ctx)
