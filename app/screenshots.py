@@ -46,7 +46,7 @@ def _open_window(app, model: str | None = None, split: int | None = None):
     if split is not None:
         window.controls.slider.setValue(split)
         _wait(app, lambda: not window.controls._settle.isActive(), 10, "the split to settle")
-    _wait(app, lambda: window._maps_task is None, 600, "the maps check")
+    _wait(app, lambda: window.maps_tasks.check_task is None, 600, "the maps check")
     _log(f"maps: {window.controls.maps_label.text()} {window.controls.maps_reasons.text()[:200]}")
     window.new_conversation()
     return window

@@ -204,7 +204,7 @@ def test_split_slider_label_and_maps_status_follow_the_split(qtbot, window):
     assert c.slider.minimum() == 1 and c.slider.maximum() == 29  # the embedded model's 30 layers
     c.slider.setValue(5)
     assert c.split_label.text().startswith("S = 5: layers 5–29 predicted for bulk rows; layers 0–4 exact")
-    qtbot.waitUntil(lambda: window._maps_task is None and "split 5" in c.maps_label.text(), timeout=60_000)
+    qtbot.waitUntil(lambda: window.maps_tasks.check_task is None and "split 5" in c.maps_label.text(), timeout=60_000)
     assert c.maps_status in ("verified", "warning", "refused", "missing")
     if c.maps_status == "missing":
         assert "split 5" in c.maps_reasons.text() and c.get_btn.isEnabled()

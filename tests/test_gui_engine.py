@@ -86,7 +86,7 @@ def test_toggle_and_slider_set_the_mode_and_split_the_engine_reports(qtbot, home
         w.controls.slider.setValue(21)
         w.controls.tail_spin.setValue(defaults.MIN_TAIL)
         assert w.controls.split_label.text().startswith("S = 21: layers 21–29 predicted")
-        qtbot.waitUntil(lambda: w._maps_task is None and "split 21" in w.controls.maps_label.text(), timeout=60_000)
+        qtbot.waitUntil(lambda: w.maps_tasks.check_task is None and "split 21" in w.controls.maps_label.text(), timeout=60_000)
         assert w.controls.maps_status in ("verified", "warning"), w.controls.maps_reasons.text()
         w.chat.input.setPlainText("What is the harbour called?")
         w.chat.send()

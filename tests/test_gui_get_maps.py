@@ -17,7 +17,7 @@ def test_get_maps_button_fits_and_the_panel_shows_the_set_verified(qtbot, tmp_pa
     try:
         wait_ready(qtbot, service, timeout_s=120)
         w = make_window(qtbot, service, model_path=tiny)
-        w.capture_tokens = 600  # a small first capture: seconds on a tiny model
+        w.maps_tasks.capture_tokens = 600  # a small first capture: seconds on a tiny model
         c = w.controls
         c.slider.setValue(2)
         qtbot.waitUntil(lambda: getattr(c, "maps_status", None) == "missing" and "split 2" in c.maps_label.text(),

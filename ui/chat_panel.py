@@ -4,7 +4,8 @@ What is asked of the engine comes from app/chat_session.py (the conversation as 
 requests go to the engine client; each answer's events stream back to this panel's own callbacks and
 into the last message, and Stop cancels this panel's answer only. The conversation is saved after
 every message and every half second while an answer streams. Attaching and removing documents, and
-showing an answer's sources in the pane, are ui/chat_documents.py's.
+showing an answer's sources in the pane, are ui/chat_documents.py's; counting the prompt's tokens as it is
+typed is ui/chat_count.py's.
 """
 from __future__ import annotations
 
@@ -28,17 +29,17 @@ from PySide6.QtWidgets import (
 from app import chat_session
 from app.conversations import Conversation, ConversationStore, Message
 from app.engine_client import EngineClient, TaskClient, TaskHandle
-from app.engine_protocol import CountRequest, CountResult, TaskKind
-from backend.answers import answers_agree
+from app.engine_protocol import CountResult, TaskKind
 from backend.protocol import DEFAULT_MAX_TOKENS, CompletionRequest, CompletionResult, ProgressEvent, TokenEvent
 from backend.sampling import GREEDY, SamplingParams
 from backend.stopping import LOOP_NOTE
 from ui.background import BackgroundJobs
+from ui.chat_count import ChatCount
 from ui.chat_documents import NO_DOCUMENT, ChatDocuments
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.document_pane import DocumentPane
-from ui.format import check_line, compare_line, eta_line, timings_line
+from ui.format import eta_line, message_lines
 from ui.ttft_chart import TtftChart
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ SAVE_RETRY_MS = 5000  # while a chat could not be written (a full disk), it is t
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
 
 
-class ChatPanel(ChatDocuments, QWidget):
+class ChatPanel(ChatDocuments, ChatCount, QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
     busy_changed = Signal(bool)  # an answer is being produced or documents read (switching conversations waits)
     documents_read = Signal(bool)  # an attach_documents ended: True when one or more documents were attached
@@ -197,16 +198,11 @@ class ChatPanel(ChatDocuments, QWidget):
         return True
 
     def _decorate(self, w, m: Message) -> None:
-        meta = timings_line(m.timings) if m.timings else ""
-        note = m.note or ("" if m.complete else "(answer interrupted)")
-        w.set_meta("\n".join(x for x in (meta, note) if x))
+        meta, beside_exact = message_lines(m)
+        w.set_meta(meta)
         w.set_chips(self.sources_chips(m.sources, m.exact_spans) if m.sources else None)
-        if m.check:
-            w.set_exact(check_line(m.check))
-        if m.exact:
-            agree = answers_agree(m.content, m.exact.get("content", ""))
-            w.set_exact(compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
-                        + ("" if agree else f"\nExact answer: {m.exact.get('content', '').strip()}"))
+        if beside_exact:
+            w.set_exact(beside_exact)
 
     @Slot(object)
     def apply_check(self, status) -> None:
@@ -229,50 +225,6 @@ class ChatPanel(ChatDocuments, QWidget):
         c = self.controls
         now = {"mode": c.mode(), "split": c.asked_split(), "tail": c.asked_tail(), "max_tokens": self.max_tokens}
         return chat_session.build_request(self.conv, question, **{**now, **over})
-
-    @Slot()
-    def request_count(self) -> None:
-        """Ask the engine how many tokens the next request would have (shown before sending)."""
-        if self.remote is not None:  # the server's model counts its own tokens: a prompt too long gets its error
-            self.count_label.setStyleSheet("")
-            self.count_label.setText(f"Answers come from {self.remote.name}; it checks the prompt's length.")
-            self.too_long = ""
-            if self._task_count is not None:  # a count by this machine's model, asked before: not this one's
-                self._task_count.cancel()
-                self._task_count = None
-            return self._update_buttons()
-        if not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
-            self.count_label.setText("")
-            self.too_long = ""
-            return self._update_buttons()
-        question = self.input.toPlainText().strip() or "?"
-        if self._task_count is not None:
-            self._task_count.cancel()  # stale: a count still queued never runs
-        h = self.service.submit(TaskKind.COUNT, CountRequest(self.build_request(question)), owner=self,
-                                on_done=lambda res: self._count_over(h, res),
-                                on_failed=lambda _type, _msg: self._count_over(h, None),
-                                on_cancelled=lambda _msg: self._count_over(h, None))
-        self._task_count = h
-
-    def _count_over(self, h: TaskHandle, res: CountResult | None) -> None:
-        if h is self._task_count:
-            self._task_count = None
-            if res is not None:
-                self._show_count(res)
-
-    def _show_count(self, c: CountResult) -> None:
-        self.last_count = c
-        usable = c.n_ctx - c.reserve
-        if c.fits:
-            self.too_long = ""
-            self.count_label.setStyleSheet("")
-            self.count_label.setText(f"Prompt: {c.prompt_tokens:,} tokens of {usable:,} available "
-                                     f"(context {c.n_ctx:,}, {c.reserve:,} kept for the answer)")
-        else:
-            self.too_long = c.message
-            self.count_label.setStyleSheet("color: #c62828")
-            self.count_label.setText(f"Too long: {c.prompt_tokens:,} tokens, the limit is {usable:,}. {c.message}")
-        self._update_buttons()
 
     def busy(self) -> bool:
         return self._task_primary is not None or self._task_exact is not None or self._reading is not None

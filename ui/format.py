@@ -91,3 +91,17 @@ def check_line(check: dict) -> str:
     shown = " ".join(str(check.get("shown_answer", "")).split())
     return ("✗ corrected: the exact model answers otherwise, and its answer is shown above.\n"
             f"RidgeFill's first answer was: {shown}")
+
+
+def message_lines(m) -> tuple[str, str]:
+    """An answer's lines under it (app/conversations.Message): its timings and note, and how it stands
+    beside exact's (the comparison run's answer, else the check's verdict; "" for neither)."""
+    meta = timings_line(m.timings) if m.timings else ""
+    note = m.note or ("" if m.complete else "(answer interrupted)")
+    beside_exact = check_line(m.check) if m.check else ""
+    if m.exact:
+        agree = answers_agree(m.content, m.exact.get("content", ""))
+        beside_exact = (compare_line(m.timings or {}, m.exact.get("timings", {}), agree)
+                        + ("" if agree else f"\nExact answer: {m.exact.get('content', '').strip()}"))
+    return "\n".join(x for x in (meta, note) if x), beside_exact
+

@@ -21,27 +21,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversations import ConversationStore
-from app.engine_client import EngineClient, TaskHandle
-from app.engine_protocol import (
-    EngineReady,
-    EngineSettings,
-    GetMapsRequest,
-    MapsStatus,
-    MapsStatusRequest,
-    StageNote,
-    TaskKind,
-    TuneDone,
-    TuneRequest,
-)
+from app.engine_client import EngineClient
+from app.engine_protocol import EngineReady, EngineSettings, TaskKind
 from app.settings import RunOverrides, Settings
 from backend.embedded_models import embedded_model_path, is_embedded_model
 from backend.errors import ModelFileError
-from backend.eta import Eta
 from backend.model_file import read_model_header
-from backend.protocol import ProgressEvent
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
 from ui.controls import RidgeFillControls
+from ui.maps_tasks import MapsTasks
 from ui.engine_picker import EnginePicker
 from ui.format import engine_ready_line
 from ui.generation_settings import GenerationSettings
@@ -63,11 +52,6 @@ class MainWindow(QMainWindow):
         self.store = store or ConversationStore()
         self.setWindowTitle("RidgeFill Desktop")
         self.resize(1280, 820)
-        self._maps_task: TaskHandle | None = None
-        self._fit_task: TaskHandle | None = None  # Get maps or Tune (one at a time: both use the engine)
-        self._eta = Eta()
-        self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
-        self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
         self._shown_model: tuple[str, int] | None = None  # (resolved path, n_layer) the controls show
 
         self._build_tabs()
@@ -93,6 +77,7 @@ class MainWindow(QMainWindow):
         self.recall = RecallPanel(self.service, self.controls, self.chat)
         self.tabs.addTab(self.recall, "Recall")
         self.models = ModelsPanel(self.service, self.settings)
+        self.maps_tasks = MapsTasks(self.service, self.controls, self.models, self)  # check, Get maps, Tune
         self.tabs.addTab(self.models, "Models && maps")
         self.setCentralWidget(self.tabs)
 
@@ -132,10 +117,7 @@ class MainWindow(QMainWindow):
         self.service.crashed.connect(self._on_crashed)
         self.service.fatal.connect(self._on_fatal)
         self.service.document_changed.connect(self._on_document)
-        self.controls.split_settled.connect(self.check_maps)
-        self.controls.get_maps.connect(self.get_maps)
-        self.controls.tune.connect(self.tune)
-        self.controls.cancel_fit.connect(self.cancel_fit)
+        self.maps_tasks.said.connect(self.engine_label.setText)
         self.generation.changed.connect(self._use_generation)
         self.models.open_model.connect(self.open_model)
         self.new_btn.clicked.connect(self.new_conversation)
@@ -263,7 +245,7 @@ class MainWindow(QMainWindow):
                               info.default_mode, info.sampling)
         self.engine_label.setText(engine_ready_line(info, is_embedded_model(info.model_path)))
         self.controls.set_tuned(getattr(info, "tuned", ""))
-        self.check_maps(self.controls.split())
+        self.maps_tasks.check(self.controls.split())
 
     @Slot(object)
     def _on_document(self, status) -> None:
@@ -322,95 +304,6 @@ class MainWindow(QMainWindow):
             self.generation.max_tokens_box.setValue(self.settings.max_tokens)  # this model's too: the latest word wins
             if restart:
                 self.restart_engine()
-
-    # ---- maps ------------------------------------------------------------------------------------
-    @Slot(int)
-    def check_maps(self, split: int) -> None:
-        self.controls.set_maps_status("checking")
-        if self._maps_task is not None:
-            self._maps_task.cancel()  # a check for a split the slider has left: skip it if still queued
-        h = self.service.submit(TaskKind.MAPS_STATUS, MapsStatusRequest(split), owner=self,
-                                on_done=lambda res: self._maps_checked(h, res),
-                                on_failed=lambda _type, message: self._maps_checked(h, None, message),
-                                on_cancelled=lambda _message: self._maps_checked(h, None))
-        self._maps_task = h
-
-    def _maps_checked(self, h: TaskHandle, res: MapsStatus | None, error: str = "") -> None:
-        if h is not self._maps_task:
-            return
-        self._maps_task = None
-        if res is not None:
-            if res.split == self.controls.split():
-                self.controls.set_maps_status(res.status, res.reasons)
-        elif error:
-            self.controls.set_maps_status("unavailable", [error])
-
-    @Slot(int)
-    def get_maps(self, split: int) -> None:
-        """Get maps: the published set when there is one (verified), else fitted on the engine from a
-        capture made once per model (resumed if one was cut short); progress with the time left."""
-        if self._fit_task is not None:
-            return
-        hs = self.models.hub_settings()
-        req = GetMapsRequest(split, cache_root=str(hs.cache_root), endpoint=hs.endpoint, token=hs.token,
-                             offline=hs.offline, maps_owner=hs.maps_owner, capture_tokens=self.capture_tokens)
-        self._start_long(f"getting maps for split {split}…")
-        self._fit_task = self.service.submit(TaskKind.GET_MAPS, req, owner=self, on_event=self._on_fit_event,
-                                             on_done=self._on_get_done,
-                                             on_failed=lambda _type, message: self._on_fit_end(message),
-                                             on_cancelled=self._on_fit_end)
-
-    @Slot()
-    def tune(self) -> None:
-        """Tune for this model: a few splits measured, the lowest that keeps recall made the default."""
-        if self._fit_task is not None:
-            return
-        self._start_long("tuning: measuring candidate splits…")
-        self._fit_task = self.service.submit(TaskKind.TUNE, self.tune_request, owner=self,
-                                             on_event=self._on_fit_event, on_done=self._on_tune_done,
-                                             on_failed=lambda _type, message: self._on_fit_end(message),
-                                             on_cancelled=self._on_fit_end)
-
-    def _start_long(self, label: str) -> None:
-        self._eta = Eta()
-        self.controls.maps_reasons.setText("")
-        self.controls.set_fit_progress(0, 1, label)
-
-    @Slot()
-    def cancel_fit(self) -> None:
-        if self._fit_task is not None:
-            self._fit_task.cancel()  # this task only; a chat answer in progress goes on
-
-    def _on_fit_event(self, ev) -> None:
-        if isinstance(ev, ProgressEvent):
-            self._eta.update(ev.stage, ev.done, ev.total)
-            self.controls.set_fit_progress(ev.done, ev.total, self._eta.line())
-        elif isinstance(ev, StageNote):
-            self.controls.maps_reasons.setText(ev.text)
-            self.controls.maps_reasons.setVisible(True)
-
-    def _on_get_done(self, res) -> None:
-        self._fit_task = None
-        self.controls.fit_finished()
-        self.check_maps(self.controls.split())
-        self.models.refresh()  # the models panel lists the new set
-        self.engine_label.setText(f"Maps for split {res.split}: {res.how}, {res.status} · {res.folder}")
-
-    def _on_tune_done(self, res: TuneDone) -> None:
-        self._fit_task = None
-        self.controls.fit_finished()
-        self.controls.set_tuned(res.summary)
-        if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
-            self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
-        self.controls.slider.setValue(res.split)
-        self.check_maps(res.split)
-        self.models.refresh()
-
-    def _on_fit_end(self, message: str) -> None:
-        self._fit_task = None
-        self.controls.fit_finished()
-        self.controls.maps_reasons.setText(message)
-        self.controls.maps_reasons.setVisible(True)
 
     # ---- lifetime --------------------------------------------------------------------------------
     def shutdown(self) -> None:

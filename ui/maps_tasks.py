@@ -1,0 +1,117 @@
+"""The maps' tasks behind the RidgeFill controls: the check of the split the slider shows, Get maps and
+Tune (one long task at a time: both use the engine), with progress, the time left and the outcome."""
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.engine_client import EngineClient, TaskHandle
+from app.engine_protocol import GetMapsRequest, MapsStatus, MapsStatusRequest, StageNote, TaskKind, TuneDone, TuneRequest
+from backend.eta import Eta
+from backend.protocol import ProgressEvent
+from ui.controls import RidgeFillControls
+
+
+class MapsTasks(QObject):
+    """Runs the maps' tasks for `controls`; `models` (the Models panel) gives the hub settings and lists
+    a new set. `said` carries a line for the status bar."""
+
+    said = Signal(str)
+
+    def __init__(self, service: EngineClient, controls: RidgeFillControls, models, parent=None):
+        super().__init__(parent)
+        self.service, self.controls, self.models = service, controls, models
+        self.check_task: TaskHandle | None = None
+        self.long_task: TaskHandle | None = None  # Get maps or Tune
+        self._eta = Eta()
+        self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
+        self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
+        controls.split_settled.connect(self.check)
+        controls.get_maps.connect(self.get_maps)
+        controls.tune.connect(self.tune)
+        controls.cancel_fit.connect(self.cancel)
+
+    @Slot(int)
+    def check(self, split: int) -> None:
+        self.controls.set_maps_status("checking")
+        if self.check_task is not None:
+            self.check_task.cancel()  # a check for a split the slider has left: skip it if still queued
+        h = self.service.submit(TaskKind.MAPS_STATUS, MapsStatusRequest(split), owner=self,
+                                on_done=lambda res: self._checked(h, res),
+                                on_failed=lambda _type, message: self._checked(h, None, message),
+                                on_cancelled=lambda _message: self._checked(h, None))
+        self.check_task = h
+
+    def _checked(self, h: TaskHandle, res: MapsStatus | None, error: str = "") -> None:
+        if h is not self.check_task:
+            return
+        self.check_task = None
+        if res is not None:
+            if res.split == self.controls.split():
+                self.controls.set_maps_status(res.status, res.reasons)
+        elif error:
+            self.controls.set_maps_status("unavailable", [error])
+
+    @Slot(int)
+    def get_maps(self, split: int) -> None:
+        """Get maps: the published set when there is one (verified), else fitted on the engine from a
+        capture made once per model (resumed if one was cut short); progress with the time left."""
+        if self.long_task is not None:
+            return
+        hs = self.models.hub_settings()
+        req = GetMapsRequest(split, cache_root=str(hs.cache_root), endpoint=hs.endpoint, token=hs.token,
+                             offline=hs.offline, maps_owner=hs.maps_owner, capture_tokens=self.capture_tokens)
+        self._start(f"getting maps for split {split}…")
+        self.long_task = self.service.submit(TaskKind.GET_MAPS, req, owner=self, on_event=self._on_event,
+                                             on_done=self._got, on_failed=lambda _type, message: self._ended(message),
+                                             on_cancelled=self._ended)
+
+    @Slot()
+    def tune(self) -> None:
+        """Tune for this model: a few splits measured, the lowest that keeps recall made the default."""
+        if self.long_task is not None:
+            return
+        self._start("tuning: measuring candidate splits…")
+        self.long_task = self.service.submit(TaskKind.TUNE, self.tune_request, owner=self, on_event=self._on_event,
+                                             on_done=self._tuned, on_failed=lambda _type, message: self._ended(message),
+                                             on_cancelled=self._ended)
+
+    @Slot()
+    def cancel(self) -> None:
+        if self.long_task is not None:
+            self.long_task.cancel()  # this task only; a chat answer in progress goes on
+
+    def _start(self, label: str) -> None:
+        self._eta = Eta()
+        self.controls.maps_reasons.setText("")
+        self.controls.set_fit_progress(0, 1, label)
+
+    def _on_event(self, ev) -> None:
+        if isinstance(ev, ProgressEvent):
+            self._eta.update(ev.stage, ev.done, ev.total)
+            self.controls.set_fit_progress(ev.done, ev.total, self._eta.line())
+        elif isinstance(ev, StageNote):
+            self.controls.maps_reasons.setText(ev.text)
+            self.controls.maps_reasons.setVisible(True)
+
+    def _got(self, res) -> None:
+        self.long_task = None
+        self.controls.fit_finished()
+        self.check(self.controls.split())
+        self.models.refresh()  # the models panel lists the new set
+        self.said.emit(f"Maps for split {res.split}: {res.how}, {res.status} · {res.folder}")
+
+    def _tuned(self, res: TuneDone) -> None:
+        self.long_task = None
+        self.controls.fit_finished()
+        self.controls.set_tuned(res.summary)
+        if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
+            self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
+        self.controls.slider.setValue(res.split)
+        self.check(res.split)
+        self.models.refresh()
+
+    def _ended(self, message: str) -> None:
+        self.long_task = None
+        self.controls.fit_finished()
+        self.controls.maps_reasons.setText(message)
+        self.controls.maps_reasons.setVisible(True)
