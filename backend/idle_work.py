@@ -142,6 +142,7 @@ class IdleWork:
         request, result = self._to_check
         try:
             self.last_check = check_answer(self.engine, request, result, cancel=should_stop)
+            _guard_if_corrected(self.engine, request, result, self.last_check)
         except (Preempted, Cancelled):  # a task came: checked afterwards, if it leaves the document as it is
             self._document = self.engine.slot.tokens
             return
@@ -172,3 +173,23 @@ class IdleWork:
             st.cache_entries, st.cache_bytes = len(entries), sum(e.n_bytes for e in entries)
             st.cache_limit = self.cache.limit_bytes
         return st
+
+
+def _guard_if_corrected(engine, request, result, check) -> None:
+    """A corrected answer about a document sends that document to exact from now on (ridgefill/departures.py)."""
+    from .answer_check import CORRECTED
+    from .ridgefill.departures import document_key
+    from .ridgefill.runtime import runtime
+
+    t = result.timings
+    if check.verdict != CORRECTED or not request.documents or t.mode == "off" or t.split is None:
+        return
+    rt = runtime(engine)
+    try:
+        folder = getattr(rt.maps(t.split), "folder", "")
+    except RidgeFillError as exc:  # the maps went meanwhile: nothing they would run again
+        log.info("a corrected answer's maps are gone (%s): no guard recorded", exc)
+        return
+    rt.departures.record(document_key(engine.info.path, t.split, folder, request.documents),
+                         [d.name for d in request.documents], check.dnll)
+

@@ -6,7 +6,8 @@ from typing import Literal
 
 from .sampling import GREEDY, SamplingParams
 
-Mode = Literal["off", "speed", "quality", "guided", "plumb"]
+Mode = Literal["off", "default", "speed", "quality", "guided", "plumb"]
+MODEL_DEFAULT = "default"  # a request's mode: the model's own, resolved where split and tail are (plan.py)
 # Every mode a request may ask for, in the order the UI offers them; all but "off" are RidgeFill's.
 # plumb is the oracle (true late-layer inputs through the same write path): for tests and evals.
 MODES: tuple[str, ...] = ("off", "speed", "quality", "guided", "plumb")

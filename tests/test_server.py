@@ -222,16 +222,20 @@ def test_left_out_sampling_is_the_models_default():
         parsed({"min_p": 2})
 
 
-def test_left_out_mode_is_the_served_models_default():
-    """A plain `serve` (Defaults without a mode) runs the mode the engine reports for its model
-    (EngineReady.default_mode: Gemma 3 runs speed, SmolLM2 guided); `serve --mode` and the body win."""
-    def mode(body, defaults=Defaults(), model_mode="speed"):
-        return parse_request({"prompt": "x", **body}, chat=False, defaults=defaults,
-                             model_mode=model_mode).request.mode
+def test_left_out_mode_is_the_served_models_default(small_engine):
+    """A plain `serve` (Defaults without a mode) asks for the model's own mode, which the engine's planner
+    resolves beside split and tail (SmolLM2: guided); `serve --mode` and the body win."""
+    from backend.ridgefill.defaults import default_mode
+    from backend.ridgefill.plan import plan_prefill
 
-    assert mode({}) == "speed" and mode({}, model_mode="guided") == "guided"
+    def mode(body, defaults=Defaults()):
+        return parse_request({"prompt": "x", **body}, chat=False, defaults=defaults).request.mode
+
+    assert mode({}) == "default" and mode({"ridgefill": {"mode": "default"}}) == "default"
     assert mode({}, defaults=Defaults("quality")) == "quality"
     assert mode({"ridgefill": {"mode": "off"}}) == "off"
+    request = parse_request({"prompt": "x"}, chat=False, defaults=Defaults()).request
+    assert plan_prefill(small_engine, request, 4096).mode == default_mode(small_engine.info) == "guided"
 
 
 def test_the_models_list_says_the_default_mode(server, gateway):

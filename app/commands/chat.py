@@ -15,8 +15,7 @@ from backend.documents import document_messages, read_documents
 from backend.errors import DocumentError, DocumentTooLongError
 from backend.idle_work import IdleWork
 from backend.prompt_cache import PromptCache
-from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, TokenEvent
-from backend.ridgefill.defaults import default_mode
+from backend.protocol import DEFAULT_MAX_TOKENS, MODEL_DEFAULT, MODES, ChatMessage, CompletionRequest, TokenEvent
 from backend.stopping import LOOP_NOTE
 
 API_KEY_ENV = "RIDGEFILL_API_KEY"  # `chat --server`'s key when --api-key is not given
@@ -68,7 +67,7 @@ def run(args) -> int:
     engine = open_engine(args)
     # As in the GUI: the app's RidgeFill mode, the model's sampling, a loop stopped
     request = CompletionRequest(
-        messages=messages, max_tokens=args.max_tokens, mode=args.mode or default_mode(engine.info),
+        messages=messages, max_tokens=args.max_tokens, mode=args.mode or MODEL_DEFAULT,
         split=args.split, tail=args.tail, sampling=sampling_from_args(args, engine.info.sampling),
         stop=args.stop, stop_loops=True, documents=documents,
     )

@@ -8,8 +8,7 @@ from backend.answers import answers_agree
 from backend.completion import complete
 from backend.demo import demo_document, demo_question, demo_right
 from backend.documents import document_messages
-from backend.protocol import CompletionRequest
-from backend.ridgefill.defaults import default_mode
+from backend.protocol import MODEL_DEFAULT, CompletionRequest
 
 
 def register(sub) -> None:
@@ -33,16 +32,18 @@ def run(args) -> int:
     from backend.ridgefill.runtime import warm_up
 
     warm_up(engine)
-    results, fast_mode = {}, default_mode(engine.info)
-    for mode, label in ((fast_mode, f"RidgeFill ({fast_mode})"), ("off", "Exact model")):
+    results = {}
+    for mode in (MODEL_DEFAULT, "off"):  # RidgeFill in the model's own mode (the planner resolves it), then exact
         # greedy (the request's default): the two answers differ only by the prefill, never by a draw
         request = CompletionRequest(messages=messages, max_tokens=24, mode=mode, reuse_prefix=False)
-        result = results[mode] = complete(engine, request, on_event=stderr_progress(mode))
+        progress = stderr_progress("exact" if mode == "off" else "RidgeFill")
+        result = results[mode] = complete(engine, request, on_event=progress)
+        label = "Exact model" if mode == "off" else f"RidgeFill ({result.timings.mode})"
         verdict = "correct" if demo_right(result.text) else f"wrong, expected {question.answers[0]}"
         print(f"{label} answers ({verdict}): {result.text.strip()}")
         print(format_timings(result.timings) + "\n")
-    fast, exact = results[fast_mode].timings, results["off"].timings
-    same = answers_agree(results[fast_mode].text, results["off"].text)
+    fast, exact = results[MODEL_DEFAULT].timings, results["off"].timings
+    same = answers_agree(results[MODEL_DEFAULT].text, results["off"].text)
     print(f"Time to first token: RidgeFill {fast.ttft_ms:,.0f} ms vs exact {exact.ttft_ms:,.0f} ms "
           f"({exact.ttft_ms / fast.ttft_ms:.2f}x); the answers {'agree' if same else 'differ'}.")
     return 0

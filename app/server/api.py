@@ -54,7 +54,6 @@ from app.server.schema import (
     usage_chunk,
 )
 from backend.protocol import TokenEvent
-from backend.ridgefill.defaults import DEFAULT_MODE
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +276,7 @@ class ApiServer:
         """The request's body read and parsed within its room (BodyRoom): the JSON tree is gone when it ends."""
         async with self.body_room.hold(body_size(request)):
             return parse_request(await read_json(request), chat=chat, defaults=self.defaults, n_layer=info.n_layer,
-                                 recommended=getattr(info, "sampling", ()),
-                                 model_mode=getattr(info, "default_mode", DEFAULT_MODE))
+                                 recommended=getattr(info, "sampling", ()))
 
     async def _next(self, run: EngineRun, *, queued: bool = False):
         """The run's next message; ApiError 503 (`queued`: its first, the engine has not started on it) or 504

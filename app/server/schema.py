@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.documents import DocumentText
-from backend.protocol import DEFAULT_MAX_TOKENS, MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
+from backend.protocol import DEFAULT_MAX_TOKENS, MODEL_DEFAULT, MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
 from backend.ridgefill.defaults import DEFAULT_MODE
 from backend.sampling import RANGES, SamplingParams, breakers_error, model_defaults, numeric_fields
 
@@ -211,8 +211,9 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None, model_mode: 
         raise ApiError(400, f"unknown 'ridgefill' option(s): {', '.join(sorted(unknown))}; known: mode, split, "
                        "tail, quality_share, reuse_prefix.", param="ridgefill", code="invalid_value")
     mode = opts.get("mode", defaults.mode or model_mode)
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ApiError(400, f"ridgefill.mode {shown(mode)} is not one of {', '.join(MODES)}.", param="ridgefill.mode",
+    if not isinstance(mode, str) or mode not in (*MODES, MODEL_DEFAULT):
+        raise ApiError(400, f"ridgefill.mode {shown(mode)} is not one of {', '.join((*MODES, MODEL_DEFAULT))}.",
+                       param="ridgefill.mode",
                        code="invalid_value")
     hi = n_layer - 1 if n_layer else MAX_LAYERS
     split = _num(opts, "split", int, defaults.split, 1, hi)
@@ -244,10 +245,11 @@ def _sampling(body: dict, base: SamplingParams) -> SamplingParams:
 
 
 def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | None = None,
-                  recommended: tuple = (), model_mode: str = DEFAULT_MODE) -> Parsed:
+                  recommended: tuple = (), model_mode: str = MODEL_DEFAULT) -> Parsed:
     """A /v1/chat/completions (chat=True) or /v1/completions body -> what to run; ApiError(400) if wrong.
     `recommended`: the model file's recommended sampling (EngineReady.sampling), under what it leaves out;
-    `model_mode`: the model's default RidgeFill mode, under `defaults.mode`."""
+    `model_mode`: the mode where neither the body nor `defaults.mode` names one ("default": the model's own,
+    resolved by the engine's planner)."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     model = body.get("model")

@@ -9,18 +9,26 @@ fake engine with those three can be planned for (tests/test_ridgefill_plan.py).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
-from ..protocol import RIDGEFILL_MODES, CompletionRequest
-from .defaults import (MIN_BULK, MIN_TAIL, guess_note, mode_that_runs, split_is_guess, split_or_default,
-                       tail_or_default, window_bulk_or_default)
+from ..protocol import MODEL_DEFAULT, RIDGEFILL_MODES, CompletionRequest
+from .defaults import (MIN_BULK, MIN_TAIL, default_mode, guess_note, mode_that_runs, split_is_guess,
+                       split_or_default, tail_or_default, window_bulk_or_default)
 from .cache_layout import CellTap
+from .departures import document_key
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .runtime import runtime
+
+
+# RidgeFill with layers offloaded reads and writes the device's tensors through ggml's backend API
+# (ggml_graph.Node.read/write); until the GPU check (packaging/gpu_check) has measured it, it runs only when
+# this is "1" (docs/USAGE.md#a-gpu).
+ON_GPU_ENV = "RIDGEFILL_ON_GPU"
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,9 @@ def refusal(engine, n_tokens: int, mode: str, split: int, tail: int) -> str | No
     if bulk < MIN_BULK:
         return (f"the prompt has {bulk:,} rows before the {tail}-token exact tail, fewer than "
                 f"{MIN_BULK:,}: nothing to win, ran exact.")
-    if getattr(engine, "n_gpu_layers", 0):
-        return (f"RidgeFill reads and writes the model's tensors in host memory, and {engine.n_gpu_layers} "
-                "layers are on the GPU: ran exact (--gpu-layers none runs RidgeFill on the CPU).")
+    if getattr(engine, "n_gpu_layers", 0) and os.environ.get(ON_GPU_ENV) != "1":
+        return (f"{engine.n_gpu_layers} layers are on the GPU, where RidgeFill's path (ggml's backend API) is "
+                f"not measured yet: ran exact ({ON_GPU_ENV}=1 tries it; --gpu-layers none runs RidgeFill on the CPU).")
     rt = runtime(engine)
     if rt.refused is None and split < rt.min_split:
         return (f"split {split} is below layer {rt.min_split}, the first layer of its own K/V cache (a "
@@ -128,14 +136,24 @@ def plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFill
 def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFillPlan | ExactPrefill:
     if request.mode == "off":
         return ExactPrefill()
+    mode = default_mode(engine.info) if request.mode == MODEL_DEFAULT else request.mode
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)
-    plan = plan_ridgefill(engine, n_tokens, request.mode, split, tail, share=request.quality_share,
-                          window_bulk=window)
+    plan = plan_ridgefill(engine, n_tokens, mode, split, tail, share=request.quality_share, window_bulk=window)
     if request.split is None and isinstance(plan, RidgeFillPlan) and split_is_guess(engine.info):
         plan = replace(plan, note=" ".join(n for n in (plan.note, guess_note(engine.info)) if n))
-    return plan
+    return _guarded(engine, request, plan)
+
+
+def _guarded(engine, request: CompletionRequest, plan):
+    """Exact, and why, for a document on which the check corrected a RidgeFill answer (departures.py)."""
+    departures = getattr(runtime(engine), "departures", None)
+    if not (request.documents and isinstance(plan, RidgeFillPlan) and plan.maps is not None and departures):
+        return plan
+    key = document_key(engine.info.path, plan.split, getattr(plan.maps, "folder", ""), request.documents)
+    why = departures.why(key)
+    return plan if why is None else ExactPrefill(why)
 
 
 def ridgefill_prefill(engine, tokens, mode, split, tail, maps=None, cancel=None, on_event=None, *,

@@ -10,11 +10,14 @@ only), so no request hashes map files.
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 
 from ..errors import RidgeFillError
+from ..user_paths import data_dir
 from ..window_policy import WindowPolicy, window_policy
 from .cache_layout import GraphLayout, LayoutRefused, discover
+from .departures import Departures
 from .kv_writer import KVWriter
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class RidgeFillRuntime:
         self._maps: dict[int, tuple[tuple, object]] = {}  # split -> (folder stamp, RidgeMaps or the error)
         self._query_path = None
         self._n_head = engine.info.n_head
+        self.departures = Departures(data_dir)  # documents the check sent to exact (departures.py)
         self.context_generation = getattr(engine, "context_generation", 0)  # the context the layout is of
         try:
             if not getattr(engine.config, "flash_attn", True):  # V would be transposed: the writes assume rows
@@ -131,8 +135,25 @@ class RidgeFillRuntime:
         return hit[1]
 
 
+def attach(engine) -> RidgeFillRuntime:
+    """The engine built whole: its RidgeFill runtime made now (the discovery decode and the weights), and
+    made again with every new context the engine makes (it grew), so planning a request never decodes.
+    The app's engines are built so (app/commands/common.open_engine, the engine child)."""
+    rt = runtime(engine)
+    owner = weakref.ref(engine)  # the engine holds this callback: no cycle through it
+
+    def rebind() -> None:
+        built = owner()
+        if built is not None:
+            runtime(built)
+
+    engine.on_new_context.append(rebind)
+    return rt
+
+
 def runtime(engine) -> RidgeFillRuntime:
-    """The engine's RidgeFill runtime, made on first use (a discovery decode and weight loading)."""
+    """The engine's RidgeFill runtime (attach made it; an engine made without attach, in tests and the
+    lab, makes it on first use: a discovery decode and weight loading)."""
     rt = engine.ridgefill
     if rt is None:
         engine.ridgefill = rt = RidgeFillRuntime(engine)
