@@ -339,6 +339,7 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
     from backend import user_paths
     from backend.engine import Engine, EngineConfig
     from backend.errors import RidgeFillError
+    from backend.ridgefill.runtime import attach
 
     _end_with_parent()
     user_paths.use_cache_root(settings.cache_root)
@@ -349,6 +350,7 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
         if settings.n_threads:
             cfg.n_threads = settings.n_threads
         engine = Engine(cfg)
+        attach(engine)  # built whole: RidgeFill's runtime made with the context, so no planning decodes
     except RidgeFillError as exc:
         events.put(EngineFatal(type(exc).__name__, str(exc)))
         return

@@ -123,6 +123,9 @@ class Engine(Vocabulary):
         self.pin_seq: int | None = (self.n_seq - 1 if config.swa_full and self.info.has_sliding_window
                                     and self.n_seq > 1 else None)
         self.context_generation = 0  # counts the contexts made: RidgeFill's layout belongs to one
+        # Called with no argument after a context is made again (grown): what was built with the old one is
+        # built again with it, before any request is planned (ridgefill.runtime.attach).
+        self.on_new_context: list[Callable[[], None]] = []
         self.context: LlamaContext | None = None
         self._make_context(min(CTX_STEP, self.n_ctx_max) if self.auto_ctx else self.n_ctx_max)
         # RidgeFill's state for this engine (it outlives a grown context): read it typed through
@@ -148,6 +151,8 @@ class Engine(Vocabulary):
         self.n_ctx = self.context.n_ctx
         self.slot = Slot(self.context, self.pin_seq)
         self.context_generation += 1
+        for rebuild in self.on_new_context:  # empty while the engine is being made
+            rebuild()
 
     @contextmanager
     def hooked(self, hook: EvalHook) -> Iterator[EvalHook]:

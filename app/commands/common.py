@@ -8,6 +8,7 @@ import sys
 from backend.embedded_models import embedded_model_path
 from backend.engine import Engine, EngineConfig
 from backend.protocol import ProgressEvent, Timings
+from backend.ridgefill.runtime import attach
 
 
 def model_path(args) -> str:
@@ -19,7 +20,9 @@ def open_engine(args, *, swa_full: bool = True) -> Engine:
                        gpu_layers=getattr(args, "gpu_layers", "auto"))
     if args.threads:
         cfg.n_threads = args.threads
-    return Engine(cfg)
+    engine = Engine(cfg)
+    attach(engine)  # built whole: RidgeFill's runtime made with the context, so no request's planning decodes
+    return engine
 
 
 def int_list(text: str) -> list[int]:
