@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -37,31 +38,6 @@ def env_report(gpu_layers) -> dict:
     return {"llama_cpp": version("llama-cpp-python"), "build": build_line(), "gpu_layers": str(gpu_layers),
             "n_gpu_layers": layers_to_offload(gpu_layers), "torch": torch.__version__,
             "torch_device": torch.cuda.get_device_name(0) if cuda else "cpu", "python": sys.version.split()[0]}
-
-
-@contextlib.contextmanager
-def refusal_lifted(on: bool):
-    """plan.refusal asked about an engine whose layers it takes to be on the CPU (the GPU check only)."""
-    from backend.ridgefill import plan
-
-    if not on:
-        yield
-        return
-    original = plan.refusal
-
-    class OnCpu:
-        def __init__(self, engine):
-            self.engine = engine
-            self.n_gpu_layers = 0
-
-        def __getattr__(self, name):
-            return getattr(self.engine, name)
-
-    plan.refusal = lambda engine, *a, **k: original(OnCpu(engine), *a, **k)
-    try:
-        yield
-    finally:
-        plan.refusal = original
 
 
 def device_path(gpu_layers) -> dict:
@@ -98,7 +74,7 @@ def _plumb_against_exact(path: Path, gpu_layers) -> dict:
 
 
 def lab(argv: list[str], stdout: Path) -> int:
-    """One `python -m lab` command in this process (the lifted refusal holds), its stdout to a file."""
+    """One `python -m lab` command in this process (RIDGEFILL_ON_GPU holds for it), its stdout to a file."""
     from lab.cli import run_cli
 
     with stdout.open("w", encoding="utf-8") as f, contextlib.redirect_stdout(f):
@@ -135,6 +111,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     from backend.gpu_offload import parse_gpu_layers
+    from backend.ridgefill.plan import ON_GPU_ENV
 
     gpu_layers = parse_gpu_layers(args.gpu_layers)
     summary: dict = {"env": env_report(gpu_layers), "lift_refusal": args.lift_refusal}
@@ -150,18 +127,19 @@ def main(argv=None) -> int:
     }
     skip = set(filter(None, args.skip.split(","))) | ({"fidelity"} if args.documents == "none" else set())
     failed = False
-    with refusal_lifted(args.lift_refusal):
-        for name, step in steps.items():
-            if name in skip:
-                continue
-            t0 = time.perf_counter()
-            try:
-                summary[name] = step()
-            except Exception:  # one step failing leaves the others' results
-                summary[name] = {"error": traceback.format_exc()}
-                failed = True
-            summary[f"{name}_seconds"] = round(time.perf_counter() - t0, 1)
-            print(f"gpu_check: {name} done in {summary[f'{name}_seconds']} s", file=sys.stderr, flush=True)
+    if args.lift_refusal:  # the product's own switch (plan.ON_GPU_ENV), for this process and its engines
+        os.environ[ON_GPU_ENV] = "1"
+    for name, step in steps.items():
+        if name in skip:
+            continue
+        t0 = time.perf_counter()
+        try:
+            summary[name] = step()
+        except Exception:  # one step failing leaves the others' results
+            summary[name] = {"error": traceback.format_exc()}
+            failed = True
+        summary[f"{name}_seconds"] = round(time.perf_counter() - t0, 1)
+        print(f"gpu_check: {name} done in {summary[f'{name}_seconds']} s", file=sys.stderr, flush=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
     print(json.dumps(summary, indent=1, default=str))
     return 1 if failed else 0

@@ -22,13 +22,17 @@ def test_the_driver_writes_the_device_path_step_on_the_cpu(tmp_path):
     assert "bench" not in summary and sorted(p.name for p in out.iterdir()) == ["summary.json"]
 
 
-def test_the_refusal_is_lifted_only_inside_the_check(small_engine, monkeypatch):
+def test_ridgefill_with_layers_on_the_gpu_runs_only_when_asked(small_engine, monkeypatch):
+    """plan.ON_GPU_ENV is the product's switch the check sets (`--lift-refusal`): without it, exact and why."""
+    from backend.ridgefill.plan import ON_GPU_ENV
+
     request = CompletionRequest(prompt="x", mode="plumb", split=18)
     monkeypatch.setattr(small_engine, "n_gpu_layers", 30)
-    assert plan_prefill(small_engine, request, 1800).mode == "off"
-    with gpu_check.refusal_lifted(True):
-        assert plan_prefill(small_engine, request, 1800).mode == "plumb"
-    assert plan_prefill(small_engine, request, 1800).mode == "off"
+    monkeypatch.delenv(ON_GPU_ENV, raising=False)
+    refused = plan_prefill(small_engine, request, 1800)
+    assert refused.mode == "off" and ON_GPU_ENV in refused.note
+    monkeypatch.setenv(ON_GPU_ENV, "1")
+    assert plan_prefill(small_engine, request, 1800).mode == "plumb"
 
 
 def test_the_trimmed_sdist_keeps_the_sources_and_drops_the_models():

@@ -89,7 +89,7 @@ class LowerLayersSkipped:
             if node.type != GGML_TYPE_F32 or node.nb[1] != n_embd * 4 or (n_rows, n_embd) != self.stream.shape:
                 raise ValueError(f"{node.name} is type {node.type}, ne {node.ne}; expected F32 "
                                  f"{self.stream.shape[1]} x {self.stream.shape[0]}, contiguous")
-            node.array(np.float32, (n_rows, n_embd))[:] = self.stream
+            node.write(np.ascontiguousarray(self.stream, dtype=np.float32))  # host or device memory
             self.written = True
         except Exception as exc:  # never raise into C
             self.error = f"split stream: {exc}"

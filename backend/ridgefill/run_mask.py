@@ -74,10 +74,13 @@ class EarlierRunsVisible:
             raise ValueError(f"unexpected mask (type {mask.type}, ne {mask.ne}, nb {mask.nb})")
         if n_rows < n or int(cells.max()) >= n_kv:
             raise ValueError(f"mask {n_rows}x{n_kv} does not cover {n} rows in cells up to {cells.max()}")
-        m = mask.array(dtype, (n_rows, n_kv))
+        on_device = mask.through_api()
+        m = mask.read(dtype, (n_rows, n_kv)) if on_device else mask.array(dtype, (n_rows, n_kv))
         at = 0
         for length in self.lengths:
             if at:
                 m[np.ix_(np.arange(at, at + length), cells[:at])] = 0  # visible, no bias (no ALiBi)
             at += length
+        if on_device:  # a copy was edited: back into the device's mask
+            mask.write(m)
         self.edited.add(mask.ptr)
