@@ -22,11 +22,12 @@ import numpy as np
 
 from .errors import DocumentTooLongError, EngineError, ModelFileError
 from .context_size import CTX_STEP, answer_reserve, check_fits, context_cap, grown_size
-from .llama_context import KV_TYPES, CancelCheck, EvalHook, LlamaContext  # noqa: F401 - KV_TYPES re-exported
+from .llama_context import KV_TYPES, CancelCheck, EvalHook, LlamaContext  # noqa: F401 - KV_TYPES, CancelCheck re-exported
 from .model_file import ModelInfo, read_model_info
 from .protocol import AUTO_CTX, DEFAULT_N_CTX, N_BATCH
 from .sampler import SamplerChain
 from .slot import Slot
+from .spare_sequences import SpareSequences
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class Engine(Vocabulary):
             raise
         self.n_ctx = self.context.n_ctx
         self.slot = Slot(self.context, self.pin_seq)
+        self.spares = SpareSequences(self.context, range(1, self.n_seq if self.pin_seq is None else self.pin_seq))
         self.context_generation += 1
         for rebuild in self.on_new_context:  # empty while the engine is being made
             rebuild()
@@ -181,36 +183,12 @@ class Engine(Vocabulary):
                 self._make_context(old)
                 raise DocumentTooLongError(n_prompt, old, self.answer_reserve(max_tokens), no_memory=True) from None
 
-    # ---- the spare sequences (sequence 0 is the slot's: backend/slot.py) ------------------------------
+    # ---- rows and logits (sequence 0 is the slot's: backend/slot.py; the others are `spares`) ---------
     @property
     def ubatch_rows(self) -> int:
         """The most rows llama.cpp computes in one graph: what an eval hook sees at once (a decode of more
         rows runs as several graphs, and a hook that reads one graph's cells would miss the others')."""
-        return min(self.config.n_batch, self.config.n_ubatch)
-
-    def decode_rows(self, tokens: list[int], positions, seqs: list[int], *, logits_last: bool = False,
-                    logits_all: bool = False, abort: CancelCheck | None = None) -> None:
-        """Rows onto the spare sequences (LlamaContext.decode_rows)."""
-        self.context.decode_rows(tokens, positions, seqs, logits_last=logits_last, logits_all=logits_all,
-                                 abort=abort)
-
-    def seq_copy(self, src: int, dst: int, p0: int, p1: int) -> None:
-        """Let spare sequence `dst` share `src`'s cells at positions [p0, p1) (no data moves: one cache)."""
-        self.context.seq_copy(src, dst, p0, p1)
-
-    def seq_remove(self, seq: int, p0: int, p1: int) -> None:
-        """Take spare sequence `seq` off its cells at positions [p0, p1) (-1, -1: all)."""
-        self.context.seq_remove(seq, p0, p1)
-
-    @property
-    def spare_sequences(self) -> range:
-        """The sequences that serve rows decoded again and probes (1.., less the pin)."""
-        return range(1, self.n_seq if self.pin_seq is None else self.pin_seq)
-
-    def clear_spare_sequences(self) -> None:
-        """The spare sequences let go of every cell."""
-        for s in self.spare_sequences:
-            self.seq_remove(s, -1, -1)
+        return self.context.ubatch_rows
 
     def row_logits(self, n_rows: int) -> np.ndarray:
         """Logits of the last decode's rows (decoded with logits_all), shape (n_rows, n_vocab)."""

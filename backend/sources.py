@@ -143,12 +143,12 @@ def probe(engine, tokens: list[int], layers: list[int], window: int) -> dict[int
     through the layers below max(layers) only. The cache is left as it was."""
     before = len(tokens) - window
     tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
-    engine.seq_copy(0, 1, 0, before)
+    engine.spares.copy(0, 1, 0, before)
     try:
         with engine.hooked(tap):
-            engine.decode_rows(tokens[before:], range(before, len(tokens)), [1] * window)
+            engine.spares.decode_rows(tokens[before:], range(before, len(tokens)), [1] * window)
     finally:
-        engine.clear_spare_sequences()
+        engine.spares.clear()
     if tap.error or any(il not in tap.rows for il in layers):
         raise LayoutRefused(f"sources probe: {tap.error or 'a scoring layer stream was not seen'}")
     return tap.rows

@@ -170,7 +170,7 @@ def test_quality_on_tiny_models(tmp_path, arch, n_layer, split):
         assert rep.mode == "quality" and rep.exact_n == rep.bulk_n == len(toks) - TAIL, rep.note
         assert kl(ref, e.last_logits()) < 1e-6
         assert seq_range(e, 0) == (0, len(toks) - 1)
-        assert all(seq_range(e, s)[1] == -1 for s in e.spare_sequences)
+        assert all(seq_range(e, s)[1] == -1 for s in e.spares.ids)
         ridgefill_prefill(e, toks, "speed", split, 64, maps=Zero(split, n_layer))
         # the control: maps that predict nothing, no exact rows (random tiny models' logits are flat: the
         # gap shows in the logits themselves)
@@ -194,7 +194,7 @@ def test_guided_on_a_sliding_window_model_leaves_the_sequences_as_it_found_them(
         assert again.mode == "guided" and again.cache_n > 0, again.note
         for n in (len(more),):
             assert seq_range(e, 0) == seq_range(e, e.pin_seq) == (0, n - 1)
-        assert all(seq_range(e, s)[1] == -1 for s in e.spare_sequences)
+        assert all(seq_range(e, s)[1] == -1 for s in e.spares.ids)
         cells = np.asarray(e.slot.record.cells(list(range(len(more)))))
         known = cells[cells >= 0]  # the exact tails' cells are not recorded
         assert len(set(known.tolist())) == len(known) >= len(more) - 2 * 64  # a cell of its own for each row

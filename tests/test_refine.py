@@ -177,7 +177,7 @@ def test_a_task_arriving_inside_a_chunk_stops_its_decode_and_leaves_the_rows_as_
     assert after == before
     mem = llama_cpp.llama_get_memory(engine.context.handle)
     assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == len(toks) - 1
-    assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in engine.spare_sequences)
+    assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in engine.spares.ids)
     refine.run()  # the stopped chunk is done again, and no abort check is left on the context
     engine.slot.prefill(toks)
     assert kl(ref, engine.last_logits()) < 1e-2

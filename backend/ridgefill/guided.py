@@ -125,12 +125,12 @@ def probe_streams(engine, tokens: list[int], layers: list[int], window: int) -> 
     n_cached = len(engine.slot.record)
     rows = tokens[-window:]
     tap = StreamTap(layers, cut_after=f"l_out-{max(layers) - 1}")
-    engine.seq_copy(0, 1, 0, n_cached)
+    engine.spares.copy(0, 1, 0, n_cached)
     try:
         with engine.hooked(tap):
-            engine.decode_rows(rows, range(n_cached, n_cached + len(rows)), [1] * len(rows))
+            engine.spares.decode_rows(rows, range(n_cached, n_cached + len(rows)), [1] * len(rows))
     finally:
-        engine.clear_spare_sequences()
+        engine.spares.clear()
     if tap.error or any(il not in tap.rows for il in layers):
         raise LayoutRefused(f"guided probe: {tap.error or 'a scoring layer stream was not seen'}")
     return tap.rows

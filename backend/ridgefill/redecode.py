@@ -93,21 +93,21 @@ def redecode_exact(engine, tokens: list[int], runs: list[Run], cancel: Callable[
     # every cache gives a row the same cell (no sliding-window cache, or Engine.pin_seq keeps them so)
     same_cells = single_cache or (cells is not None and getattr(engine, "pin_seq", None) is not None)
     done = 0
-    groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else len(engine.spare_sequences))
+    groups = batches(runs, engine.ubatch_rows, 1 if chained and not one_batch else len(engine.spares))
     try:
         for i, group in enumerate(groups):
             if cancel is not None and cancel():
                 raise Cancelled(f"prefill cancelled after {i} of {len(groups)} batches of exact rows")
             toks, pos, seqs = _on_own_sequences(engine, tokens, group, one_batch)
             if cells is None:
-                engine.decode_rows(toks, pos, seqs, abort=abort)
+                engine.spares.decode_rows(toks, pos, seqs, abort=abort)
                 new_cells = None
             else:
                 new_cells = _decode_recorded(engine, toks, pos, seqs, group, cells, one_batch,
                                              streams if same_cells else None, abort)
             done += _hand_to_sequence_0(engine, group, new_cells, clean)
     finally:
-        engine.clear_spare_sequences()
+        engine.spares.clear()
     return done
 
 
@@ -116,10 +116,10 @@ def _on_own_sequences(engine, tokens: list[int], group: list[Run], one_batch: bo
     sequence 0's cells before the run (less the earlier runs of the batch when `one_batch`)."""
     toks, pos, seqs = [], [], []
     for s, run in enumerate(group, start=1):
-        engine.seq_copy(0, s, 0, run.start)  # its history: everything before the run
+        engine.spares.copy(0, s, 0, run.start)  # its history: everything before the run
         if one_batch:
             for before in group[: s - 1]:  # it sees their new rows instead (run_mask)
-                engine.seq_remove(s, before.start, before.end)
+                engine.spares.remove(s, before.start, before.end)
         toks += tokens[run.start : run.end]
         pos += range(run.start, run.end)
         seqs += [s] * len(run)
@@ -133,7 +133,7 @@ def _decode_recorded(engine, toks, pos, seqs, group: list[Run], cells, one_batch
     hook, mask, skip, old_cells = _batch_hook(engine, cells, group, one_batch, streams, pos)
     try:
         with engine.hooked(hook):
-            engine.decode_rows(toks, pos, seqs, abort=abort)
+            engine.spares.decode_rows(toks, pos, seqs, abort=abort)
     finally:
         if skip is not None:
             skip.restore()
