@@ -19,7 +19,8 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app.engine_messages import Receiver, TaskEnd, route
+from app import engine_messages as messages
+from app.engine_messages import Receiver, TaskEnd, kind_of, route
 from app.engine_process import EngineProcess
 from app.engine_protocol import (
     DocumentState,
@@ -28,9 +29,7 @@ from app.engine_protocol import (
     EngineReady,
     EngineSettings,
     EngineStarted,
-    TaskDone,
     TaskEvent,
-    TaskFailed,
 )
 
 log = logging.getLogger(__name__)
@@ -100,10 +99,11 @@ class TaskHandle:
         self._call("message", msg)
 
     def _finish(self, msg) -> None:
-        if isinstance(msg, TaskDone):
+        kind = kind_of(msg)
+        if kind == messages.DONE:
             self.state, self.result = DONE, msg.result
             self._call("done", msg.result)
-        elif isinstance(msg, TaskFailed):
+        elif kind == messages.FAILED:
             self.state, self.error = FAILED, (msg.error_type, msg.message)
             self._call("failed", msg.error_type, msg.message)
         else:

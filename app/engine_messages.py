@@ -1,7 +1,8 @@
-"""The one router of the engine child's messages. Every reader of its stream (the GUI's TaskClient and
-EngineClient, app/engine_client.py; the server's EngineGateway, app/server/gateway.py) hands each message
-to `route`, which calls the reader's method for that kind of message; a reader overrides the ones it
-cares about (a `Receiver` logs the rest)."""
+"""The one place the engine's messages are sorted by kind (`kind_of`, `is_end`), and their one router. Every
+reader of the stream (the GUI's TaskClient and EngineClient, app/engine_client.py; the server's
+EngineGateway, app/server/gateway.py) hands each message to `route`, which calls the reader's method for
+that kind; a reader overrides the ones it cares about (a `Receiver` logs the rest). The process, the job
+runner, the server's runs and the self-test ask `kind_of` rather than testing types themselves."""
 from __future__ import annotations
 
 import logging
@@ -47,21 +48,39 @@ class Receiver:
         log.warning("unexpected message %r", msg)
 
 
-_METHODS = {
-    TaskEvent: "task_event",
-    TaskDone: "task_ended",
-    TaskFailed: "task_ended",
-    TaskCancelled: "task_ended",
-    EngineStarted: "engine_started",
-    EngineCrashed: "engine_crashed",
-    EngineFatal: "engine_fatal",
-    DocumentState: "document_state",
+# Each kind of message, named once
+EVENT, DONE, FAILED, CANCELLED = "event", "done", "failed", "cancelled"
+STARTED, CRASHED, FATAL, DOCUMENT = "started", "crashed", "fatal", "document"
+ENDS = (DONE, FAILED, CANCELLED)  # a task's last message: exactly one of these ends each task
+
+_KINDS = {
+    TaskEvent: EVENT,
+    TaskDone: DONE,
+    TaskFailed: FAILED,
+    TaskCancelled: CANCELLED,
+    EngineStarted: STARTED,
+    EngineCrashed: CRASHED,
+    EngineFatal: FATAL,
+    DocumentState: DOCUMENT,
 }
+_METHODS = {EVENT: "task_event", DONE: "task_ended", FAILED: "task_ended", CANCELLED: "task_ended",
+            STARTED: "engine_started", CRASHED: "engine_crashed", FATAL: "engine_fatal", DOCUMENT: "document_state"}
+
+
+def kind_of(msg) -> str | None:
+    """EVENT, DONE, FAILED, CANCELLED (a task's), STARTED, CRASHED, FATAL, DOCUMENT (the engine's); None:
+    not a message of the engine's."""
+    return _KINDS.get(type(msg))
+
+
+def is_end(msg) -> bool:
+    """Whether `msg` ends its task (nothing more comes for that task id)."""
+    return kind_of(msg) in ENDS
 
 
 def route(msg, receiver: Receiver) -> None:
     """Call `receiver`'s method for the kind of `msg`."""
-    method = _METHODS.get(type(msg))
+    method = _METHODS.get(kind_of(msg))
     if method is None:
         receiver.unexpected(msg)
     else:

@@ -19,19 +19,15 @@ import time
 from typing import Any
 
 from app.engine_child import child_main
+from app.engine_messages import DOCUMENT, EVENT, FATAL, STARTED, is_end, kind_of
 from app.engine_protocol import (
     PAYLOAD_TYPES,
     CancelTask,
-    DocumentState,
     EngineCrashed,
     EngineFatal,
     EngineReady,
     EngineSettings,
-    EngineStarted,
     StopEngine,
-    TaskCancelled,
-    TaskDone,
-    TaskEvent,
     TaskFailed,
     TaskKind,
     TaskMessage,
@@ -183,21 +179,22 @@ class EngineProcess:
 
     def _accept(self, msg) -> list:
         """Bookkeeping for one message from the child; returns what the caller should see."""
-        if isinstance(msg, EngineStarted):
+        kind = kind_of(msg)
+        if kind == STARTED:
             self.info = msg.ready
             return [msg]
-        if isinstance(msg, EngineFatal):
+        if kind == FATAL:
             self._state = "fatal"  # the child exits by itself; that is not a crash to restart from
             self._fatal = msg
             self._fail_pending(msg.error_type, msg.message)
             fails, self._outbox = self._outbox, []
             return fails + [msg]
-        if isinstance(msg, DocumentState):
+        if kind == DOCUMENT:
             self.document = msg.status
             return [msg]
-        if isinstance(msg, TaskEvent):
+        if kind == EVENT:
             return [msg] if msg.id in self.pending else []
-        if isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):
+        if is_end(msg):
             return [msg] if self.pending.pop(msg.id, None) is not None else []
         log.warning("unknown message from the engine process: %r", msg)
         return []

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from app.engine_messages import EVENT, kind_of
 from app.engine_protocol import TaskCancelled, TaskDone, TaskEvent, TaskFailed
 from backend.errors import Cancelled
 
@@ -138,7 +139,7 @@ class JobRunner:
                 msg = self._messages.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(msg, TaskEvent):
+            if kind_of(msg) == EVENT:
                 self._room.give_back()
                 if msg.id in self._jobs:
                     out.append(msg)

@@ -81,7 +81,8 @@ def check_engine_process(model: str, threads: int | None, timeout_s: float = 300
     """The GUI's engine child process starts, loads the model and answers a ping. In a bundle this
     proves that multiprocessing's spawn re-enters the frozen program correctly (freeze_support)."""
     from app.engine_process import EngineProcess
-    from app.engine_protocol import EngineCrashed, EngineFatal, EngineSettings, EngineStarted, TaskDone, TaskFailed, TaskKind
+    from app.engine_messages import CRASHED, DONE, FAILED, FATAL, STARTED, kind_of
+    from app.engine_protocol import EngineSettings, TaskKind
 
     proc = EngineProcess(EngineSettings(model_path=model, n_ctx=2048, n_threads=threads), auto_restart=False)
     t0 = time.perf_counter()
@@ -90,13 +91,14 @@ def check_engine_process(model: str, threads: int | None, timeout_s: float = 300
         ping = proc.submit(TaskKind.PING)
         while failure is None and pong is None and time.perf_counter() - t0 < timeout_s:
             for msg in proc.poll():
-                if isinstance(msg, EngineStarted):
+                kind = kind_of(msg)
+                if kind == STARTED:
                     ready = msg.ready
-                elif isinstance(msg, (EngineFatal, EngineCrashed)):
+                elif kind in (FATAL, CRASHED):
                     failure = msg.message
-                elif isinstance(msg, TaskDone) and msg.id == ping:
+                elif kind == DONE and msg.id == ping:
                     pong = msg.result
-                elif isinstance(msg, TaskFailed) and msg.id == ping and failure is None:
+                elif kind == FAILED and msg.id == ping and failure is None:
                     failure = msg.message
             time.sleep(0.05)
     finally:

@@ -16,7 +16,8 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from app.engine_client import EngineClient
-from app.engine_protocol import EngineReady, TaskCancelled, TaskEvent, TaskFailed, TaskKind
+from app.engine_messages import EVENT, kind_of
+from app.engine_protocol import EngineReady, TaskCancelled, TaskFailed, TaskKind
 from app.server.gateway import Deliver, Ticket, check_payload
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class QtGateway(QObject):
         key = id(ticket)
 
         def pass_on(msg) -> None:  # the task's messages as they came (app/engine_messages.py routed them)
-            if isinstance(msg, TaskEvent):
+            if kind_of(msg) == EVENT:
                 ticket.deliver(msg)
             elif self._handles.pop(key, None) is not None:  # not abandoned: the server still waits for it
                 ticket.ended = True

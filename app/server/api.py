@@ -36,7 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.engine_protocol import CountRequest, CountResult, TaskCancelled, TaskDone, TaskEvent, TaskFailed, TaskKind
+from app.engine_messages import CANCELLED, DONE, EVENT, FAILED, is_end, kind_of
+from app.engine_protocol import CountRequest, CountResult, TaskFailed, TaskKind
 from app.server.body import BODY_ROOM_BYTES, BODY_WAIT_S, BodyRoom, body_size, check_content_type, read_json
 from app.server.gateway import EngineGateway
 from app.server.guards import HostGuard, OriginGuard, allowed_hosts
@@ -62,7 +63,6 @@ DEFAULT_MAX_QUEUE = 16
 DEFAULT_QUEUE_TIMEOUT_S = 600.0
 # Silence from the engine while it runs a request: it sends a message per prefill chunk and per token
 DEFAULT_STALL_TIMEOUT_S = 120.0
-ENDS = (TaskDone, TaskFailed, TaskCancelled)
 
 
 def model_id(info) -> str:
@@ -95,7 +95,7 @@ class EngineRun:
             pass
 
     def _arrived(self, msg) -> None:  # the loop's thread
-        if isinstance(msg, ENDS) and self.end is None:
+        if is_end(msg) and self.end is None:
             self.end, self.ticket = msg, None  # the cycle through the ticket ends here (see the class)
             if self._on_end is not None:
                 self._on_end(self)
@@ -106,7 +106,7 @@ class EngineRun:
 
     async def result(self):
         """Wait for the end message (events are dropped)."""
-        while not isinstance(msg := await self.get(), ENDS):
+        while not is_end(msg := await self.get()):
             pass
         return msg
 
@@ -237,8 +237,8 @@ class ApiServer:
     # ---- completions -------------------------------------------------------------------------------
     def _ended(self, run: EngineRun) -> None:
         self.in_flight -= 1
-        stopped = isinstance(run.end, TaskCancelled) or (isinstance(run.end, TaskDone)
-                                                         and run.end.result.finish_reason == "cancelled")
+        stopped = kind_of(run.end) == CANCELLED or (kind_of(run.end) == DONE
+                                                    and run.end.result.finish_reason == "cancelled")
         if run.client_gone and stopped:
             self.stats["cancelled_client_gone"] += 1  # stopped early for a client that left: the engine is free
 
@@ -257,9 +257,9 @@ class ApiServer:
         rid, created, t0 = new_id(chat), int(time.time()), time.perf_counter()
         try:
             first = await self._next(run, queued=True)
-            if isinstance(first, TaskFailed):
+            if kind_of(first) == FAILED:
                 raise await self._failure(first, p)
-            if isinstance(first, TaskCancelled) or run.client_gone:
+            if kind_of(first) == CANCELLED or run.client_gone:
                 return Response(status_code=499)  # nobody is listening: the client closed the connection
             if p.stream:
                 stream = self._stream(p, run, first, watcher, rid, mid, created, t0)
@@ -312,7 +312,7 @@ class ApiServer:
             except TimeoutError:  # a stuck engine: the 400 goes out without its counts, as late as a 504 would
                 counting.cancel()
                 count = None
-            if isinstance(count, TaskDone) and isinstance(count.result, CountResult):
+            if kind_of(count) == DONE and isinstance(count.result, CountResult):
                 c = count.result
                 extra = {"n_prompt_tokens": c.prompt_tokens, "n_ctx": c.n_ctx, "reserved_for_answer": c.reserve}
             return ApiError(400, msg.message, param="messages" if p.chat else "prompt",
@@ -329,18 +329,19 @@ class ApiServer:
         """The run's messages from `msg` (its first) on, its end (TaskDone, TaskFailed, TaskCancelled) last."""
         while True:
             yield msg
-            if isinstance(msg, (TaskDone, TaskFailed, TaskCancelled)):
+            if is_end(msg):
                 return
             msg = await self._next(run)
 
     async def _whole(self, p: Parsed, run: EngineRun, msg, rid: str, mid: str, created: int, t0: float) -> Response:
         async for msg in self._messages(run, msg):
-            if isinstance(msg, TaskDone):
+            kind = kind_of(msg)
+            if kind == DONE:
                 if run.client_gone:
                     return Response(status_code=499)
                 self._answered(p, msg.result, t0)
                 return JSONResponse(response(p, rid, mid, created, msg.result))
-            if isinstance(msg, TaskFailed):
+            if kind == FAILED:
                 raise await self._failure(msg, p)
         return Response(status_code=499)  # TaskCancelled
 
@@ -356,10 +357,11 @@ class ApiServer:
             if p.chat:
                 yield sse(chunk(p, rid, mid, created, role=True))
             async for msg in self._messages(run, msg):
-                if isinstance(msg, TaskEvent) and isinstance(msg.event, TokenEvent) and msg.event.text:
+                kind = kind_of(msg)
+                if kind == EVENT and isinstance(msg.event, TokenEvent) and msg.event.text:
                     sent += msg.event.text
                     yield sse(chunk(p, rid, mid, created, text=msg.event.text))
-                elif isinstance(msg, TaskDone):
+                elif kind == DONE:
                     result = msg.result
                     rest = result.text[len(sent):] if result.text.startswith(sent) else ""
                     if rest:
@@ -369,7 +371,7 @@ class ApiServer:
                         yield sse(usage_chunk(p, rid, mid, created, result))
                     yield "data: [DONE]\n\n"
                     self._answered(p, result, t0)
-                elif isinstance(msg, TaskFailed):
+                elif kind == FAILED:
                     yield sse((await self._failure(msg, p)).body)
         except ApiError as err:  # the engine went silent mid-answer: the status line has gone, so say it here
             self.stats[f"rejected_{err.status}"] += 1
