@@ -275,15 +275,34 @@ class _IdleLoop:
 
         cache = PromptCache(limit_bytes=settings.cache_limit_bytes) if settings.prompt_cache else None
         self.work = IdleWork(engine, cache, refine=settings.refine)
-        self.handlers = {**HANDLERS, TaskKind.COMPLETE: partial(_complete, prompt_cache=cache),
+        self.cache = cache
+        self.handlers = {**HANDLERS, TaskKind.COMPLETE: self._complete,
                          TaskKind.CACHE_CLEAR: partial(_cache_clear, prompt_cache=cache)}
         self.events = events
         self._sent_at = 0.0
 
+    def _complete(self, engine, req, on_event, cancel):
+        """An answer; one that asked to wait for its check (the server's ridgefill.check) comes back after
+        the idle work has made the document exact and checked it, with the verdict."""
+        from backend.protocol import ProgressEvent
+
+        result = _complete(engine, req, on_event, cancel, prompt_cache=self.cache)
+        if req.wait_check and result.timings.bulk_n > 0 and result.finish_reason != "cancelled":
+            self.work.after_completion(req, result)
+            t0 = time.perf_counter()
+            while not cancel() and self.work.step(should_stop=cancel):  # a chunk of refinement a step
+                rows = engine.slot.record  # progress, so that a waiting server never takes the silence for a stall
+                on_event(ProgressEvent(rows.n_clean, len(rows), (time.perf_counter() - t0) * 1000, stage="check"))
+            check = self.work.last_check
+            result.check = check.as_dict() if check is not None else {
+                "verdict": "unavailable", "why": self.work.status().note or "the check was stopped before its end"}
+        return result
+
     def after(self, task: TaskMessage, ended: tuple[bool, Any]) -> None:
         done, result = ended
         if task.kind == TaskKind.COMPLETE and done:
-            self.work.after_completion(task.payload, result)
+            if getattr(result, "check", None) is None:  # a checked answer's work is done already
+                self.work.after_completion(task.payload, result)
         elif task.kind not in KEEPS_THE_DOCUMENT:
             self.work.forget()  # the context was used otherwise, or the prefill stopped midway
         if task.kind in (TaskKind.COMPLETE, TaskKind.CACHE_CLEAR):

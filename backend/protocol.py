@@ -47,6 +47,9 @@ class CompletionRequest:
     # The documents the messages frame (backend.documents.DocumentText: name, text, page starts), in the
     # order attached: the answer's sources point into them (backend/sources.py). None: no documents.
     documents: list | None = None
+    # The answer comes back only once it is checked against exact's (the document refined, then the check:
+    # backend/answer_check.py), with the verdict in CompletionResult.check: the server's ridgefill.check.
+    wait_check: bool = False
 
 
 @dataclass
@@ -85,6 +88,7 @@ class CompletionResult:
     # backend.exact_spans.ExactSpan: the document text whose rows are exact after an approximating run (none
     # when every row is): what RidgeFill looked at, shaded in the GUI
     exact_spans: list = field(default_factory=list)
+    check: dict | None = None  # AnswerCheck.as_dict() where the request waited for it (wait_check)
 
 
 @dataclass

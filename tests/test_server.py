@@ -147,6 +147,24 @@ def test_ridgefill_options_reach_the_engine(client, model):
     assert t["bulk_n"] > 1024 and t["cache_n"] == 0
 
 
+@pytest.mark.slow
+def test_a_client_may_wait_for_the_answers_check_against_exact(client, model):
+    """ridgefill.check: the answer comes back once the engine has made the document exact and checked it;
+    the reply carries the verdict, both answers and the ΔNLL (backend/answer_check.py)."""
+    from backend.corpus import corpus_texts
+
+    doc = "\n\n".join(corpus_texts())[:5600]
+    resp = client.chat.completions.create(
+        model=model, max_tokens=8, messages=[{"role": "user", "content": doc + "\n\nWho wrote this?"}],
+        extra_body={"ridgefill": {"mode": "speed", "split": 21, "tail": 256, "reuse_prefix": False, "check": True}})
+    check = resp.model_extra["check"]
+    assert resp.timings["bulk_n"] > 1024  # rows were approximated: there was something to check
+    assert check["verdict"] in ("checked", "corrected") and check["shown_answer"] == resp.choices[0].message.content
+    assert isinstance(check["exact_answer"], str) and check["dnll"] is not None
+    plain = client.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "Hi"}])
+    assert "check" not in (plain.model_extra or {})  # only when asked
+
+
 # ---- sampling -------------------------------------------------------------------------------------
 # Greedy's poem says "a", "tale" and "," again within 24 tokens: each penalty changes it (the list of days did
 # not move for presence_penalty 2: the penalties count the answer only, and its margins are wide).

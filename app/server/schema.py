@@ -200,16 +200,16 @@ def _stop(body: dict) -> list[str]:
 
 
 def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None, model_mode: str) -> dict:
-    """The extra body field {"ridgefill": {"mode", "split", "tail", "quality_share", "reuse_prefix"}};
+    """The extra body field {"ridgefill": {"mode", "split", "tail", "quality_share", "reuse_prefix", "check"}};
     `model_mode`: the served model's default mode, where neither the body nor `defaults` names one."""
     opts = body.get("ridgefill") or {}
     if not isinstance(opts, dict):
         raise ApiError(400, "'ridgefill' must be an object, e.g. {\"mode\": \"speed\", \"split\": 18}.",
                        param="ridgefill", code="invalid_type")
-    unknown = set(opts) - {"mode", "split", "tail", "quality_share", "reuse_prefix"}
+    unknown = set(opts) - {"mode", "split", "tail", "quality_share", "reuse_prefix", "check"}
     if unknown:
         raise ApiError(400, f"unknown 'ridgefill' option(s): {', '.join(sorted(unknown))}; known: mode, split, "
-                       "tail, quality_share, reuse_prefix.", param="ridgefill", code="invalid_value")
+                       "tail, quality_share, reuse_prefix, check.", param="ridgefill", code="invalid_value")
     mode = opts.get("mode", defaults.mode or model_mode)
     if not isinstance(mode, str) or mode not in (*MODES, MODEL_DEFAULT):
         raise ApiError(400, f"ridgefill.mode {shown(mode)} is not one of {', '.join((*MODES, MODEL_DEFAULT))}.",
@@ -219,11 +219,13 @@ def _ridgefill(body: dict, defaults: Defaults, n_layer: int | None, model_mode: 
     split = _num(opts, "split", int, defaults.split, 1, hi)
     tail = _num(opts, "tail", int, defaults.tail, 0, MAX_TOKEN_COUNT)
     share = _num(opts, "quality_share", float, None, 0.0, 1.0)
-    reuse = opts.get("reuse_prefix", True)
-    if not isinstance(reuse, bool):
-        raise ApiError(400, "ridgefill.reuse_prefix must be true or false.", param="ridgefill.reuse_prefix",
-                       code="invalid_type")
-    return {"mode": mode, "split": split, "tail": tail, "quality_share": share, "reuse_prefix": reuse}
+    flags = {name: opts.get(name, default) for name, default in (("reuse_prefix", True), ("check", False))}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ApiError(400, f"ridgefill.{name} must be true or false.", param=f"ridgefill.{name}",
+                           code="invalid_type")
+    return {"mode": mode, "split": split, "tail": tail, "quality_share": share, "reuse_prefix": flags["reuse_prefix"],
+            "wait_check": flags["check"]}
 
 
 def _sampling(body: dict, base: SamplingParams) -> SamplingParams:
@@ -321,7 +323,7 @@ def response(p: Parsed, rid: str, model: str, created: int, result: CompletionRe
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
     return {"id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": created,
             "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings),
-            "sources": sources(result)}
+            "sources": sources(result), **({"check": result.check} if result.check is not None else {})}
 
 
 def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
@@ -342,6 +344,8 @@ def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = N
     if result is not None:
         out["timings"] = timings(result.timings)
         out["sources"] = sources(result)
+        if result.check is not None:  # asked for with ridgefill.check: RidgeFill's answer against exact's
+            out["check"] = result.check
     if p.include_usage:
         out["usage"] = None  # OpenAI: null on every chunk but the last, usage-only one
     return out
