@@ -142,13 +142,14 @@ class IdleWork:
         request, result = self._to_check
         try:
             self.last_check = check_answer(self.engine, request, result, cancel=should_stop)
-            _guard_if_corrected(self.engine, request, result, self.last_check)
         except (Preempted, Cancelled):  # a task came: checked afterwards, if it leaves the document as it is
             self._document = self.engine.slot.tokens
             return
         except Exception as exc:  # noqa: BLE001 - a failed check leaves the answer as it was, said so
             log.warning("answer check failed: %s", exc, exc_info=True)
             self._refine_note = f"the answer could not be checked against exact's ({exc})"
+        if self.last_check is not None:
+            _guard_if_corrected(self.engine, request, result, self.last_check)
         self._to_check = None
         self._document = self.engine.slot.tokens  # as answered, every row exact now
         self._saved = False
@@ -182,8 +183,8 @@ def _guard_if_corrected(engine, request, result, check) -> None:
     from .ridgefill.runtime import runtime
 
     t = result.timings
-    if check.verdict != CORRECTED or not request.documents or t.mode == "off" or t.split is None:
-        return
+    if check.verdict != CORRECTED or not request.documents or t.mode in ("off", "plumb") or t.split is None:
+        return  # (plumb writes the true inputs: its maps are not what departed)
     rt = runtime(engine)
     try:
         folder = getattr(rt.maps(t.split), "folder", "")

@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from importlib.resources import files
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.completion import complete
+from backend.documents import DocumentText
 from backend.idle_work import IdleWork
 from backend.prefill import ExactPrefill
 from backend.ridgefill.departures import FILE_NAME, Departures, document_key
 from backend.ridgefill.plan import RidgeFillPlan, plan_prefill
 from backend.ridgefill.runtime import runtime
 from backend.user_paths import data_dir
-from test_answer_check import _request, _zero_maps_plan, engine  # noqa: F401 - the module's engine fixture
+from test_answer_check import _request as _messages_only, _zero_maps_plan, engine  # noqa: F401 - its fixture
 from test_quality_mode import SPLIT
+
+
+def _request(mode: str):
+    """The XZ FAQ question as the app sends it: its messages and the document they frame."""
+    request = _messages_only(mode)
+    text = files("backend").joinpath("data", "questions", "realqa-xz-faq-part1.txt").read_text(encoding="utf-8")
+    return replace(request, documents=[DocumentText("realqa-xz-faq-part1.txt", text, (0,))])
 
 
 def _checked_after(engine, request, shown) -> dict:

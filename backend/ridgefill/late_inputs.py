@@ -44,8 +44,9 @@ def true_inputs(engine, bulk: list[int], split: int, cancel=None) -> TrueInputs:
 
 def source_for(engine, plan, bulk: list[int], start: int, cancel=None):
     """The source of the late inputs of rows bulk[start:] (sequence 0 holds the first `start`): the plan's
-    own (`plan.inputs(engine, plan, bulk, start, cancel)`), plumb's true streams, else the maps'. A source
-    may decode on sequence 0 to capture: the caller cuts it back to `start` rows after."""
+    own (`plan.inputs(engine, plan, bulk, start, cancel)`), plumb's true streams, else the maps'. Only with
+    `start` 0 may a source decode on sequence 0 to capture (the caller empties it after): a capture with
+    rows held would lose them (capture_streams empties the context)."""
     if plan.inputs is not None:
         return plan.inputs(engine, plan, bulk, start, cancel)
     if plan.mode == "plumb":

@@ -129,7 +129,7 @@ class FidelityRun:
         t0 = time.perf_counter()
         prompt = engine.prompt_tokens(request)
         plan = None
-        if self.plan_for is not None:
+        if self.plan_for is not None and shared_n:  # a variant is the shared rows' (their snapshot's) only
             engine.make_room(len(prompt), request.max_tokens)  # planned for the context it runs in
             plan = self.plan_for(engine, request, len(prompt))
         result = (snapshots.complete(request, shared_n, plan=plan) if shared_n
