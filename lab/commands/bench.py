@@ -21,12 +21,17 @@ def register(sub) -> None:
                    help="several RidgeFill settings against the same exact runs, e.g. guided:6,guided:5,guided:6w "
                         "(w: the bulk's attention below the split windowed); overrides --mode and --split")
     p.add_argument("--repeats", type=int, default=3, help="runs per mode and length (the median is shown)")
+    p.add_argument("--half", choices=["choose", "judge"], default=None,
+                   help="instead of --lengths: each long-set document of this half at its own length, its first "
+                        "question, exact against the app's default request (the guard included)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    if args.half:
+        return run_documents(args)
     engine = open_engine(args)
     # Exact is timed at its best: on a sliding-window model, without the full-size window cache that the
     # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
@@ -51,3 +56,31 @@ def run(args) -> int:
         print(f"{r.n_prompt:>7,} {r.off_ttft_ms:>8,.0f}ms {r.off_prompt_per_second:>11,.0f} "
               f"{label:>10} {r.speed_ttft_ms:>7,.0f}ms {r.ratio:>5.2f}x  {detail}")
     return 0
+
+
+def run_documents(args) -> int:
+    """`bench --half H`: per document, exact's TTFT and the default's, the ratio, and the mean ratio."""
+    from lab.evals.question_files import long_set
+    from lab.evals.ttft import run_document_ttft
+
+    engine = open_engine(args)
+    exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
+    rows = run_document_ttft(engine, long_set(args.half), repeats=args.repeats, exact_engine=exact,
+                             on_progress=lambda msg: print(f"  {msg}", file=sys.stderr))
+    ratios = [d.row.ratio for d in rows]
+    fell_back = [d.document for d in rows if d.row.speed_mode_run == "off"]
+    if args.json:
+        print(json.dumps({"model": engine.info.name, "half": args.half, "threads": engine.config.n_threads,
+                          "mean_ratio": round(sum(ratios) / len(ratios), 3), "ran_exact": fell_back,
+                          "results": [{"document": d.document, **rows_as_dicts([d.row])[0]} for d in rows]}))
+        return 0
+    print(f"{engine.info.name}, the {args.half} half, {engine.config.n_threads} threads, median of {args.repeats}")
+    print(f"{'document':<30} {'tokens':>7} {'exact TTFT':>11} {'mode':>6} {'TTFT':>9} {'ratio':>6}  note")
+    for d in rows:
+        r = d.row
+        print(f"{d.document:<30} {r.n_prompt:>7,} {r.off_ttft_ms:>9,.0f}ms {r.speed_mode_run:>6} "
+              f"{r.speed_ttft_ms:>7,.0f}ms {r.ratio:>5.2f}x  {r.note}")
+    print(f"mean ratio {sum(ratios) / len(ratios):.2f}x over {len(rows)} documents; ran exact on "
+          f"{len(fell_back)}" + (f" ({', '.join(fell_back)})" if fell_back else ""))
+    return 0
+

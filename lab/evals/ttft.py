@@ -85,3 +85,36 @@ def _row(n: int, off: list, fast: list) -> TtftRow:
 
 def rows_as_dicts(rows: list[TtftRow]) -> list[dict]:
     return [asdict(r) for r in rows]
+
+
+@dataclass
+class DocumentTtft:
+    document: str
+    row: TtftRow
+
+
+def run_document_ttft(engine, docs, *, repeats: int = 1, on_progress: Callable[[str], None] | None = None,
+                      exact_engine=None) -> list[DocumentTtft]:
+    """Each document's first question, fresh (no prefix reuse), exact against the app's default request
+    (mode "default": the planner's choice, the guard included), alternating which goes first: the TTFT a
+    user waits for on that document at its own length."""
+    from backend.protocol import MODEL_DEFAULT
+    from backend.ridgefill.runtime import warm_up
+    from lab.evals.fidelity import item_request, parse_setting
+
+    exact_engine = exact_engine or engine
+    warm_up(engine)
+    out = []
+    for doc in docs:
+        runs: dict[str, list] = {"off": [], MODEL_DEFAULT: []}
+        for r in range(repeats):
+            for mode in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                if on_progress is not None:
+                    on_progress(f"{doc.name}, {mode}, run {r + 1}/{repeats}")
+                req = replace(item_request(doc, doc.questions[0].question, parse_setting("off")), mode=mode,
+                              max_tokens=1, reuse_prefix=False)
+                runs[mode].append(complete(exact_engine if mode == "off" else engine, req).timings)
+        n = runs["off"][0].prompt_n + runs["off"][0].cache_n
+        out.append(DocumentTtft(doc.name, _row(n, runs["off"], runs[MODEL_DEFAULT])))
+    return out
+
