@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
 from app.remote_wire import split_credentials
 from backend import user_paths
-from backend.json_file import read_object, write_private
+from backend.config_lock import config_lock, lock_path
+from backend.json_file import read_object, read_object_and_bytes, repair, write_private
+from backend.private_files import tighten
 
 FILE_NAME = "servers.json"
+WHAT = "the servers file"
 log = logging.getLogger(__name__)
 
 
@@ -36,20 +39,36 @@ def servers_path() -> Path:
 
 
 def load_servers() -> list[RemoteServer]:
-    """The saved servers; an entry of the wrong shape is left out (the file itself is kept)."""
-    data = read_object(servers_path(), "the servers file") or {}
-    entries = data.get("servers")
+    """The saved servers. A file that is not a JSON object is set aside as servers.json.bad-<time>; one with an
+    entry or a value of the wrong shape is kept so and rewritten with what was right (a wrong value: its default;
+    an entry without an address and a model: left out); the user is told (backend/json_file.tell)."""
+    path = servers_path()
+    tighten(path.parent, path, lock_path(path))
+    servers, wrong = _servers_in(read_object(path, WHAT) or {})
+    if wrong:
+        with config_lock(path):  # read again: another process may have written it meanwhile
+            data, raw = read_object_and_bytes(path, WHAT)
+            servers, wrong = _servers_in(data or {})
+            if wrong and raw is not None:
+                repair(path, raw, _text(servers), WHAT, wrong)
+    return servers
+
+
+def _servers_in(data: dict) -> tuple[list[RemoteServer], str]:
+    """The servers `data` holds, and what was wrong in it ("" when nothing was)."""
+    entries = data.get("servers", [])
     if not isinstance(entries, list):  # {"servers": 1}, a string, a map: no server is read from it
-        if entries is not None:
-            log.warning("the servers file's \"servers\" is not a list; no saved server is read from it")
-        entries = []
-    out = []
+        return [], '"servers" that is not a list'
+    out, wrong = [], 0
     for entry in entries:
-        if isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str):
-            out.append(without_credentials(RemoteServer(
-                entry["url"], entry["model"], str(entry.get("api_key") or ""), bool(entry.get("ours")),
-                *(_count(entry.get(k)) for k in _LAYOUT))))
-    return out
+        if not (isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str)):
+            wrong += 1
+            continue
+        given = {k: entry.get(k, d) for k, d in _DEFAULTS.items()}
+        right = {k: v if _fits(k, v) else _DEFAULTS[k] for k, v in given.items()}
+        wrong += right != given
+        out.append(without_credentials(RemoteServer(entry["url"], entry["model"], **right)))
+    return out, f"{wrong} server entries of the wrong shape" if wrong else ""
 
 
 def without_credentials(server: RemoteServer) -> RemoteServer:
@@ -62,11 +81,19 @@ def without_credentials(server: RemoteServer) -> RemoteServer:
 
 
 _LAYOUT = ("n_layer", "default_split", "default_tail")
+_DEFAULTS = {f.name: f.default for f in fields(RemoteServer) if f.default is not MISSING}
 
 
 def _count(value) -> int:
     """A count from the file: a non-negative int below a million, else 0 (not known)."""
     return value if type(value) is int and 0 <= value < 1_000_000 else 0
+
+
+def _fits(key: str, value) -> bool:
+    """`value` is right for entry field `key` (of those with a default)."""
+    if key in _LAYOUT:
+        return type(value) is int and _count(value) == value
+    return type(value) is type(_DEFAULTS[key])
 
 
 def layout_from_meta(meta: dict) -> dict:
@@ -75,21 +102,28 @@ def layout_from_meta(meta: dict) -> dict:
 
 
 def save_servers(servers: list[RemoteServer]) -> None:
-    entries = [asdict(without_credentials(s)) for s in servers]
-    write_private(servers_path(), json.dumps({"servers": entries}, indent=2))
+    with config_lock(servers_path()):
+        write_private(servers_path(), _text(servers))
+
+
+def _text(servers: list[RemoteServer]) -> str:
+    return json.dumps({"servers": [asdict(without_credentials(s)) for s in servers]}, indent=2)
 
 
 def add_server(server: RemoteServer) -> list[RemoteServer]:
-    """Saved with the others; the same URL and model replaces the old entry (a new key)."""
-    servers = _others(server) + [server]
-    save_servers(servers)
+    """Saved with the others; the same URL and model replaces the old entry (a new key). Read, changed and
+    written under the file's lock: a server another window added meanwhile is kept."""
+    with config_lock(servers_path()):
+        servers = _others(server) + [server]
+        save_servers(servers)
     return servers
 
 
 def remove_server(server: RemoteServer) -> list[RemoteServer]:
-    """The saved servers without `server` (its URL and model), saved."""
-    servers = _others(server)
-    save_servers(servers)
+    """The saved servers without `server` (its URL and model), saved (under the lock, as add_server)."""
+    with config_lock(servers_path()):
+        servers = _others(server)
+        save_servers(servers)
     return servers
 
 

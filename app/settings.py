@@ -11,18 +11,18 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from filelock import FileLock
-
 from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
-from backend.json_file import read_object, write_private
-from backend.private_files import private_dir
+from backend.config_lock import config_lock, lock_path
+from backend.json_file import read_object, read_object_and_bytes, repair, write_private
+from backend.private_files import tighten
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
+from backend.sampling import MAX_BREAKERS, fits_float
 
 FILE_NAME = "settings.json"
-LOCK_TIMEOUT_S = 10  # another window's save takes milliseconds; past this the save fails as a disk error would
+WHAT = "the settings file"
 
 
 @dataclass
@@ -48,17 +48,45 @@ class Settings:
 
     @classmethod
     def load(cls) -> "Settings":
-        """The saved settings; defaults for anything missing, unknown, of the wrong type or negative. A file
-        that is not a JSON object is set aside as settings.json.bad-<time> (backend/json_file.py)."""
-        s = cls()
-        s.first_start = not cls.path().exists()  # the window opens on the models it recommends
-        data = read_object(cls.path(), "the settings file") or {}
-        for f in fields(cls):
-            value = data.get(f.name)
-            default = getattr(s, f.name)
-            if value is not None and type(value) is type(default) and not (isinstance(value, int) and value < 0):
-                setattr(s, f.name, value)
+        """The saved settings; defaults for anything missing, of the wrong type or out of range (unknown keys
+        are a newer version's: kept). A file that is not a JSON object is set aside as settings.json.bad-<time>;
+        one with wrong values is kept so and rewritten without them; either way the user is told
+        (backend/json_file.tell). The folder and file are made private if an earlier version left them open."""
+        path = cls.path()
+        tighten(path.parent, path, lock_path(path))
+        first_start = not path.exists()  # the window opens on the models it recommends
+        s, _, wrong = cls._from(read_object(path, WHAT) or {})
+        if wrong:
+            s = cls._repaired(path)
+        s.first_start = first_start
         s._base = asdict(s)
+        return s
+
+    @classmethod
+    def _from(cls, data: dict) -> tuple["Settings", dict, list[str]]:
+        """Settings from `data` (each right value, else the default), `data` without its wrong values, and
+        the wrong keys."""
+        s, good, wrong = cls(), {}, []
+        for key, value in data.items():
+            default = getattr(s, key) if key in _FIELDS else _UNKNOWN
+            right = _checked(key, value, default)
+            if right is _WRONG or (right != value and key in _FIELDS):
+                wrong.append(key)
+            if right is not _WRONG:
+                good[key] = right
+                if key in _FIELDS:
+                    setattr(s, key, right)
+        return s, good, wrong
+
+    @classmethod
+    def _repaired(cls, path: Path) -> "Settings":
+        """Under the lock, the file read again (another process may have mended it) and, still wrong, kept as
+        settings.json.bad-<time> and rewritten with what was right in it."""
+        with config_lock(path):
+            data, raw = read_object_and_bytes(path, WHAT)
+            s, good, wrong = cls._from(data or {})
+            if wrong and raw is not None:
+                repair(path, raw, json.dumps(good, indent=2), WHAT, "wrong values for " + ", ".join(wrong[:10]))
         return s
 
     def save(self) -> None:
@@ -67,9 +95,8 @@ class Settings:
         token). An object made without load() writes all its values. OSError when it cannot be written."""
         mine = asdict(self)
         path = self.path()
-        private_dir(path.parent)
-        with FileLock(path.with_name(FILE_NAME + ".lock"), mode=0o600, timeout=LOCK_TIMEOUT_S):
-            now = read_object(path, "the settings file") or {}
+        with config_lock(path):
+            now = read_object(path, WHAT) or {}
             write_private(path, json.dumps(_merged(now, mine, getattr(self, "_base", None)), indent=2))
         self._base = mine
 
@@ -111,6 +138,48 @@ def _merged(on_disk: dict, mine: dict, base: dict | None) -> dict:
         inner.update({k: v for k, v in value.items() if was.get(k) != v})
         out[key] = inner
     return out
+
+
+_FIELDS = {f.name for f in fields(Settings)}
+_WRONG, _UNKNOWN = object(), object()  # _checked's "not right", and the default of a key this version does not know
+# the most each count may be (past it a file was damaged or mistyped); llama.cpp takes counts as int32
+_MOST = {"threads": 4096, "prompt_cache_gb": 1_000_000}
+INT32_MAX = 2**31 - 1
+
+
+def _checked(key: str, value, default):
+    """`value` as setting `key` (default `default`) takes it: cleaned (a Generation section without its wrong
+    values), or _WRONG. An unknown key's value is kept while it can be written back (not nested too deep)."""
+    if default is _UNKNOWN:
+        try:
+            json.dumps(value, indent=2)
+            return value
+        except (RecursionError, ValueError):
+            return _WRONG
+    if type(value) is not type(default):  # bool is not int here: `true` is no thread count
+        return _WRONG
+    if type(value) is int:
+        return value if 0 <= value <= _MOST.get(key, INT32_MAX) else _WRONG
+    if isinstance(value, str):
+        return value if "\0" not in value else _WRONG  # a NUL in a path or a token is refused by the system
+    if isinstance(value, dict):
+        return _generation(value)
+    return value
+
+
+def _generation(sections: dict) -> dict:
+    """The Generation sections (model file name -> its values) with the values a section cannot hold left out:
+    each a JSON number a float holds, a bool, a string or a list of strings (backend/sampling.from_dict checks
+    their ranges where they are used)."""
+    def fits(v) -> bool:
+        if isinstance(v, (bool, str)) or v is None:
+            return isinstance(v, bool) or v is None or "\0" not in v
+        if isinstance(v, list):
+            return len(v) <= MAX_BREAKERS and all(isinstance(b, str) and "\0" not in b for b in v)
+        return fits_float(v)
+
+    return {name: {k: v for k, v in section.items() if fits(v)} for name, section in sections.items()
+            if isinstance(section, dict)}
 
 
 @dataclass

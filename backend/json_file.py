@@ -11,11 +11,13 @@ import logging
 import os
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
-from .private_files import private_dir
+from .private_files import private_dir, private_opener
 
 log = logging.getLogger(__name__)
+_NOTICES: deque[str] = deque(maxlen=20)  # a long fuzz run sets aside thousands: the last few are shown
 
 
 class NotAnObject(ValueError):
@@ -35,28 +37,54 @@ def parse_object(text: str, what: str) -> dict:
 
 def read_object(path: Path, what: str) -> dict | None:
     """The JSON object in `path`, or None: no file, a file that cannot be opened, or one of the wrong shape,
-    which is renamed to NAME.bad-<time> (nothing lost) with a warning saying where it went."""
+    which is renamed to NAME.bad-<time> (nothing lost) with a notice saying where it went."""
+    return read_object_and_bytes(path, what)[0]
+
+
+def read_object_and_bytes(path: Path, what: str) -> tuple[dict | None, bytes | None]:
+    """read_object's answer and the bytes it was read from (None where there were none), for repair()."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:  # permissions, a folder in its place: left as it is for the user to fix
         log.warning("%s %s could not be read (%s); using defaults", what, path, exc)
-        return None
+        return None, None
     try:
-        return parse_object(raw.decode("utf-8"), what)
+        return parse_object(raw.decode("utf-8-sig"), what), raw  # -sig: Notepad's byte-order mark
     except (NotAnObject, UnicodeDecodeError) as exc:
         kept = set_aside(path)
-        log.warning("%s; it was kept as %s and defaults are used. Fix or delete that file.", exc, kept or path)
+        tell(f"{exc}; it was kept as {kept or path} and defaults are used. Fix or delete that file.")
+        return None, None
+
+
+def repair(path: Path, raw: bytes, text: str, what: str, wrong: str) -> Path | None:
+    """`path` rewritten as `text` (what was right in it) once its bytes `raw` are kept as NAME.bad-<time>, and
+    the user told; the copy's path. Nothing is rewritten when the copy cannot be made (None)."""
+    path = Path(path)
+    kept = None
+    for target in _free_names(path):
+        try:
+            with open(target, "xb", opener=private_opener) as f:  # "x": never over another's copy
+                f.write(raw)
+            kept = target
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            log.warning("%s %s has %s, but no copy could be kept (%s); it is left as it is", what, path, wrong, exc)
+            return None
+    if kept is None:
         return None
+    write_private(path, text)
+    tell(f"{what} {path} had {wrong}: defaults are used for them, and the file as it was is kept as {kept}.")
+    return kept
 
 
 def set_aside(path: Path) -> Path | None:
     """Rename `path` to a free NAME.bad-<time>[-n] beside it; the new path (None when it could not be renamed)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(100):
-        target = path.with_name(f"{path.name}.bad-{stamp}" + (f"-{n}" if n else ""))
+    for target in _free_names(path):
         if target.exists():
             continue
         try:
@@ -65,6 +93,30 @@ def set_aside(path: Path) -> Path | None:
         except OSError:
             return None
     return None
+
+
+def _free_names(path: Path):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(100):
+        yield path.with_name(f"{path.name}.bad-{stamp}" + (f"-{n}" if n else ""))
+
+
+def tell(message: str) -> None:
+    """Log a warning the user must see, and keep it for the window to show (notices()); one already kept is
+    not kept twice (a list read on each refresh says the same each time)."""
+    message = message[:1].upper() + message[1:]
+    log.warning("%s", message)
+    if message not in _NOTICES:
+        _NOTICES.append(message)
+
+
+def notices(clear: bool = False) -> list[str]:
+    """The files set aside or repaired by this process, newest last (the window shows them: a log line is
+    seen by nobody); `clear`: as shown, forget them."""
+    out = list(_NOTICES)
+    if clear:
+        _NOTICES.clear()
+    return out
 
 
 def write_private(path: Path, text: str) -> None:

@@ -3,6 +3,7 @@ holds a document's tokens, a map or a log may name it, a chat holds it whole (fo
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 PRIVATE_DIR = 0o700
@@ -40,3 +41,21 @@ def write_text_private(path: str | Path, text: str) -> None:
 def make_private(path: str | Path) -> None:
     """A file another library wrote (safetensors): 0600 from now on."""
     os.chmod(path, PRIVATE_FILE)
+
+
+def tighten(*paths: str | Path) -> list[Path]:
+    """Folders and files an earlier version (or a umask of 022) left readable by others made private: a folder
+    0700, a file 0600. Links are not followed and what another user owns is left alone; the paths changed."""
+    changed: list[Path] = []
+    if os.name != "posix":  # Windows keeps access in ACLs: a user's profile folder is private already
+        return changed
+    for path in map(Path, paths):
+        try:
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or not st.st_mode & 0o077:
+                continue
+            os.chmod(path, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE)
+            changed.append(path)
+        except OSError:  # gone meanwhile, or a file system without modes: nothing to narrow
+            continue
+    return changed

@@ -255,7 +255,7 @@ class PromptCache:
             if (streams_sha := _write_state(tmp / STREAMS, blob, cancel)) is None:
                 return None
             header.update(streams_bytes=len(blob), streams_sha256=streams_sha)
-        text = json.dumps(header)
+        text = json.dumps(header, ensure_ascii=True)  # a model name's lone surrogate as \udxxx: it reads back the same
         write_text_private(tmp / HEADER, text)
         return json.loads(text)  # tuples as lists: the header a reader compares with (remove by identity)
 

@@ -96,7 +96,7 @@ class SamplingParams:
             if value is None or isinstance(value, bool):
                 continue
             if isinstance(getattr(out, f.name), float) and isinstance(value, int):
-                if abs(value) > MAX_FLOAT_INT:  # 1 followed by 400 zeros: no float holds it
+                if not fits_float(value):  # 1 followed by 400 zeros: no float holds it
                     continue
                 value = float(value)
             if type(value) is type(getattr(out, f.name)):
@@ -108,6 +108,17 @@ class SamplingParams:
 
 
 GREEDY = SamplingParams()
+
+
+def fits_float(value) -> bool:
+    """`value` is a number a float holds, finite: an int within MAX_FLOAT_INT or a finite float (a file's 1e400
+    reads as infinity; float() of 10**400 raises OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return abs(value) <= MAX_FLOAT_INT and math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def numeric_fields():

@@ -14,7 +14,9 @@ ttft_ms, and RidgeFill's mode, split, tail, bulk_n and exact_n, the rows made ex
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import reprlib
 import secrets
 import time
@@ -37,6 +39,8 @@ UNSUPPORTED = ("logprobs", "echo", "tools", "functions")
 _SHOWN = reprlib.Repr()  # a value in an error message: short, and safe on deeply nested lists
 _SHOWN.maxstring = _SHOWN.maxother = 60
 _SHOWN.maxlevel = 2
+_LONE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: UTF-8 has no bytes for it, so neither has the reply
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -46,7 +50,7 @@ class ApiError(Exception):
                  code: str | None = None, **extra: Any):
         super().__init__(message)
         self.status = status
-        self.body = {"error": {"message": message, "type": type, "param": param, "code": code, **extra}}
+        self.body = sendable({"error": {"message": message, "type": type, "param": param, "code": code, **extra}})
 
 
 @dataclass
@@ -288,6 +292,34 @@ def parse_request(body: Any, *, chat: bool, defaults: Defaults, n_layer: int | N
 
 
 # ---- responses -------------------------------------------------------------------------------------
+def sendable(reply: Any) -> Any:
+    """`reply` as JSON in UTF-8 can carry it: a lone surrogate (a document's or a model file's odd text) becomes
+    U+FFFD, a NaN or infinity null, each said in the log; else json.dumps(ensure_ascii=False) and the encoding of
+    the body or event raise, and the client gets a 500 or a stream cut off."""
+    changed = [0]
+
+    def clean(value):
+        if isinstance(value, str):
+            if not value.isascii() and _LONE.search(value):
+                changed[0] += 1
+                return _LONE.sub("\ufffd", value)
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            changed[0] += 1
+            return None
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    out = clean(reply)
+    if changed[0]:
+        log.warning("a reply held %d values JSON in UTF-8 cannot carry (half a surrogate pair, NaN): sent as "
+                    "U+FFFD or null", changed[0])
+    return out
+
+
 def new_id(chat: bool) -> str:
     return ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
 
@@ -321,9 +353,9 @@ def response(p: Parsed, rid: str, model: str, created: int, result: CompletionRe
                   "logprobs": None, "finish_reason": reason}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-    return {"id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": created,
-            "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings),
-            "sources": sources(result), **({"check": result.check} if result.check is not None else {})}
+    return sendable({"id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": created,
+                     "model": model, "choices": [choice], "usage": usage(result), "timings": timings(result.timings),
+                     "sources": sources(result), **({"check": result.check} if result.check is not None else {})})
 
 
 def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
@@ -348,17 +380,17 @@ def chunk(p: Parsed, rid: str, model: str, created: int, *, text: str | None = N
             out["check"] = result.check
     if p.include_usage:
         out["usage"] = None  # OpenAI: null on every chunk but the last, usage-only one
-    return out
+    return sendable(out)
 
 
 def usage_chunk(p: Parsed, rid: str, model: str, created: int, result: CompletionResult) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk" if p.chat else "text_completion", "created": created,
-            "model": model, "choices": [], "usage": usage(result)}
+    return sendable({"id": rid, "object": "chat.completion.chunk" if p.chat else "text_completion", "created": created,
+                     "model": model, "choices": [], "usage": usage(result)})
 
 
 def model_card(model_id: str, info) -> dict:
     """An entry of GET /v1/models, with what a client may want to know about the model."""
-    return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "ridgefill-desktop",
+    return sendable({"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "ridgefill-desktop",
             "meta": {"name": info.model_name, "architecture": info.architecture, "n_layer": info.n_layer,
                      "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "default_split": info.default_split,
-                     "default_tail": info.default_tail, "default_mode": getattr(info, "default_mode", DEFAULT_MODE)}}
+                     "default_tail": info.default_tail, "default_mode": getattr(info, "default_mode", DEFAULT_MODE)}})

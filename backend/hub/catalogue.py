@@ -12,7 +12,9 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from backend.json_file import read_object, set_aside, write_private
+from backend.config_lock import config_lock, lock_path
+from backend.json_file import read_object, set_aside, tell, write_private
+from backend.private_files import tighten
 
 from .errors import HubError, UnknownModel, describe_error
 
@@ -145,13 +147,16 @@ def add_hub(repo_id: str, filename: str | None, user_file: Path, list_files=None
 def _read_user(user_file: Path | None) -> list[dict]:
     """The user's entries that have a ModelEntry's shape; one that does not is skipped with a warning (and
     kept in the file: _save_user writes it back as it was)."""
-    good = []
+    good, problems = [], []
     for d in read_user_items(user_file):
         problem = _entry_problem(d)
         if problem:
-            log.warning("%s: an entry is skipped (%s); fix or remove it in that file", user_file, problem)
+            problems.append(problem)
         else:
             good.append(d)
+    if problems:  # the same notice each time the list is read: json_file.tell keeps it once
+        tell(f"the user's model list {user_file}: {len(problems)} entries are skipped ({problems[0]}); "
+             "fix or remove them in that file")
     return good
 
 
@@ -160,16 +165,18 @@ def read_user_items(user_file: Path | None) -> list:
     NAME.bad-<time> (a damaged user list must not hide the built-in catalogue, nor be overwritten)."""
     if user_file is None:
         return []
+    tighten(Path(user_file).parent, user_file, lock_path(user_file))  # an earlier version wrote them 0644
     data = read_object(Path(user_file), "the user's model list")
     if data is None:
         return []
     if not isinstance(data.get("models", []), list):
         kept = set_aside(Path(user_file))
-        log.warning("%s: 'models' is not a list; it was kept as %s", user_file, kept or user_file)
+        tell(f"the user's model list {user_file}: 'models' is not a list; it was kept as {kept or user_file}")
         return []
     return data.get("models", [])
 
 
+MAX_COUNT = 2**63 - 1  # a size in bytes or a context length; past it a number is no file's and no float's
 _KINDS = {"str": (str,), "str | None": (str, type(None)), "int | None": (int, type(None)), "bool": (bool,)}
 _TYPES = {f.name: _KINDS[f.type] for f in fields(ModelEntry)}  # the types a saved entry's fields may have
 
@@ -183,10 +190,16 @@ def _entry_problem(d) -> str:
         return f"'{missing[0]}' is missing"
     bad = [k for k, v in d.items() if k in _TYPES and (isinstance(v, bool) and bool not in _TYPES[k]
                                                        or not isinstance(v, _TYPES[k]))]
-    return f"'{bad[0]}' has the wrong type" if bad else ""
+    if bad:
+        return f"'{bad[0]}' has the wrong type"
+    odd = [k for k, v in d.items() if k in _TYPES and (type(v) is int and not 0 <= v <= MAX_COUNT
+                                                       or isinstance(v, str) and "\0" in v)]
+    return f"'{odd[0]}' is out of range" if odd else ""  # 10**400 bytes: no float holds it for the panel
 
 
 def _save_user(user_file: Path, entry: ModelEntry) -> None:
-    """Written whole under a unique temporary name (two processes adding at once never mix their bytes)."""
-    models = [d for d in read_user_items(user_file) if not (isinstance(d, dict) and d.get("id") == entry.id)]
-    write_private(Path(user_file), json.dumps({"models": models + [asdict(entry)]}, indent=2))
+    """Read, changed and written under the list's lock (two processes adding at once both keep theirs), whole
+    under a unique temporary name."""
+    with config_lock(user_file):
+        models = [d for d in read_user_items(user_file) if not (isinstance(d, dict) and d.get("id") == entry.id)]
+        write_private(Path(user_file), json.dumps({"models": models + [asdict(entry)]}, indent=2))
