@@ -1,7 +1,10 @@
-"""Conversations and their documents, one JSON file each in the user data dir.
+"""Conversations and their documents, one JSON file each in the user data dir; a document's text is in a
+side file of its own (documents/<key>.txt), written once, which the chat file names (files from before
+hold the text inline and still load).
 
-Each change is written at once and atomically (temp file + os.replace), so a crash of the app or
-the engine mid-answer loses at most the tokens since the last write, never the file.
+Each change is written atomically (temp file + os.replace), so a crash of the app or the engine mid-answer
+loses at most the tokens since the last write, never the file. The window hands the store a snapshot
+(taken on its own thread) and a writer thread writes it (save_later); save() writes at once.
 """
 from __future__ import annotations
 
@@ -10,14 +13,17 @@ import logging
 import math
 import re
 import time
+import os
 import uuid
-from dataclasses import InitVar, asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from filelock import FileLock
 
+from app.conversation_writer import CoalescingWriter
 from backend.json_file import parse_object, set_aside, write_private
-from backend.private_files import private_dir
+from backend.private_files import open_private, private_dir
 from backend.user_paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -29,6 +35,7 @@ class Document:
     text: str
     page_starts: tuple[int, ...] = ()  # where each PDF page starts in `text` (backend.documents.DocumentText)
     path: str = ""  # the file it was read from, to open it at a source's page ("" when not known)
+    text_file: str = ""  # the side file that holds `text` (documents/<key>.txt; "" until the chat is saved)
 
 
 @dataclass
@@ -68,8 +75,9 @@ class Conversation:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Conversation":
-        """A conversation from its saved form; ValueError (saying what is wrong) for any other shape."""
+    def from_dict(cls, d: dict, read_text: Callable[[str], str] | None = None) -> "Conversation":
+        """A conversation from its saved form; ValueError (saying what is wrong) for any other shape.
+        `read_text(text_file)` gives the text of a document kept in a side file (OSError when it cannot)."""
         _check_shape(d)
         # Files saved with one "document" (before several) still load; their n_tokens field is dropped.
         docs = d.get("documents") or ([d["document"]] if d.get("document") else [])
@@ -78,10 +86,18 @@ class Conversation:
             title=str(d.get("title", "Chat")),
             created=float(d.get("created", 0)),
             updated=float(d.get("updated", 0)),
-            documents=[Document(x["name"], x["text"], tuple(x.get("page_starts", ())), x.get("path", ""))
-                       for x in docs],
+            documents=[_document(x, read_text) for x in docs],
             messages=[_message(m) for m in d.get("messages", [])],
         )
+
+
+def _document(x: dict, read_text: Callable[[str], str] | None) -> Document:
+    if isinstance(x.get("text"), str):  # inline, as files were written before side files
+        return Document(x["name"], x["text"], tuple(x.get("page_starts", ())), x.get("path", ""))
+    if read_text is None:
+        raise ValueError(f"document {x['name']!r} is in a side file and no folder was given to read it from")
+    return Document(x["name"], read_text(x["text_file"]), tuple(x.get("page_starts", ())), x.get("path", ""),
+                    x["text_file"])
 
 
 def _message(m: dict) -> Message:
@@ -102,13 +118,16 @@ Conversation.document = property(_first_document, _only_document)
 
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
+_TEXT_FILE = re.compile(r"[0-9a-f]{32}\.txt")  # a side file's name: inside documents/, never a path
 _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
                   "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None)),
                   "exact_spans": (list, type(None)), "check": (dict, type(None))}
 
 
 def _is_document(doc) -> bool:
-    return (isinstance(doc, dict) and isinstance(doc.get("name"), str) and isinstance(doc.get("text"), str)
+    return (isinstance(doc, dict) and isinstance(doc.get("name"), str)
+            and (isinstance(doc.get("text"), str)
+                 or isinstance(doc.get("text_file"), str) and bool(_TEXT_FILE.fullmatch(doc["text_file"])))
             and isinstance(doc.get("path", ""), str) and isinstance(doc.get("page_starts", []), list)
             and all(isinstance(x, int) and not isinstance(x, bool) for x in doc.get("page_starts", [])))
 
@@ -162,44 +181,193 @@ def _json_text(obj: dict) -> str:
     return text
 
 
+TEXT_CHUNK = 1 << 20  # a side file is encoded this many characters at a time: the GIL is let go between
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A conversation as it is to be written, copied on the thread that changes it: the writer thread reads
+    this (strings, numbers and tuples nobody changes), never the conversation itself."""
+    id: str
+    title: str
+    created: float
+    updated: float
+    documents: tuple[tuple[str, str, tuple[int, ...], str, str], ...]  # name, text_file, page_starts, path, text
+    messages_json: str  # the messages as the chat file holds them
+    base_stamp: tuple[int, int] | None  # the file's write this copy was loaded from or last saved as
+    lineage: str  # which conversation object of this process it is a copy of (the same for all its saves)
+
+    def chat_text(self) -> str:
+        """The chat file: everything but the documents' texts, which it names by their side files."""
+        head = _json_text({"id": self.id, "title": self.title, "created": self.created, "updated": self.updated,
+                           "documents": [{"name": n, "text_file": f, "page_starts": list(p), "path": path}
+                                         for n, f, p, path, _ in self.documents]})
+        return head[:-1] + ', "messages": ' + self.messages_json + "}"
+
+
+@dataclass(frozen=True)
+class Written:
+    id: str  # a new one when the conversation was saved as a copy (another window wrote it meanwhile)
+    title: str
+    stamp: tuple[int, int] | None
+
+
+def snapshot(conv: Conversation) -> Snapshot:
+    """`conv` as it is now, stamped updated now; a document gets the name of its side file the first time."""
+    conv.updated = time.time()
+    for d in conv.documents:
+        if not d.text_file:
+            d.text_file = f"{uuid.uuid4().hex}.txt"
+    lineage = conv.__dict__.setdefault("lineage", uuid.uuid4().hex)
+    messages = [{**m.extra, **{k: getattr(m, k) for k in _MESSAGE_TYPES}} for m in conv.messages]
+    return Snapshot(conv.id, conv.title, conv.created, conv.updated,
+                    tuple((d.name, d.text_file, tuple(d.page_starts), d.path, d.text) for d in conv.documents),
+                    _json_text(messages), getattr(conv, "disk_stamp", None), lineage)
+
+
+def apply_written(conv: Conversation, snap: Snapshot, written: Written) -> bool:
+    """Tell `conv` where its snapshot went (its id and title when saved as a copy, the file's stamp);
+    False when `conv` is not the conversation `snap` was taken of."""
+    if conv.__dict__.get("lineage") != snap.lineage or conv.id not in (snap.id, written.id):
+        return False
+    conv.id, conv.title = written.id, (written.title if written.id != snap.id else conv.title)
+    conv.disk_stamp = written.stamp
+    return True
+
+
+def _write_text_once(path: Path, text: str) -> None:
+    """The side file of a document's text, written whole (temp + rename) unless it is there: it never changes."""
+    if path.exists():
+        return
+    private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open_private(tmp, "wb") as f:
+            for i in range(0, len(text), TEXT_CHUNK):  # lone surrogates (a document's bytes) round-trip
+                f.write(text[i:i + TEXT_CHUNK].encode("utf-8", "surrogatepass"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class ConversationStore:
     def __init__(self, folder: Path | None = None):
         self.folder = Path(folder) if folder else data_dir() / "conversations"
+        self.documents = self.folder / "documents"  # the side files of the documents' texts
         private_dir(self.folder)
+        self._written: dict[str, tuple[str, tuple[int, int] | None]] = {}  # id: (lineage, stamp) this store wrote
+        self._copies: dict[tuple[str, str], Written] = {}  # (lineage, id): the copy its saves go to
+        # one writer thread per store; a conversation's latest snapshot wins (keys: (id, lineage)). Through
+        # a lambda: a test that replaces store.write (a full disk) replaces what the thread calls too.
+        self._writer = CoalescingWriter(lambda snap: self.write(snap), name="conversation writer")
 
     def file_of(self, conv_id: str) -> Path:
         return self.folder / f"{conv_id}.json"
 
     def save(self, conv: Conversation) -> None:
-        """Written whole under a unique temporary name, mode 0600 (a conversation is private). When another
-        window or process wrote this conversation since this copy was read or saved, this copy is saved
-        as a new conversation beside it instead ("… (copy)"): both are kept, neither overwrites the other."""
+        """Write `conv` now, on this thread (OSError when the system will not); see write()."""
+        snap = snapshot(conv)
+        apply_written(conv, snap, self.write(snap))
+
+    def save_later(self, snap: Snapshot, done=None) -> None:
+        """Write `snap` on the store's writer thread; a snapshot of the same conversation not written yet is
+        dropped for it. done(snap, Written | None, error | None) is called on that thread once written."""
+        self._writer.put((snap.id, snap.lineage), snap, done)
+
+    def pending(self, conv_id: str | None = None) -> bool:
+        """A snapshot (of `conv_id`; None: any) is waiting for the writer or being written."""
+        return self._writer.pending(None if conv_id is None else lambda key: key[0] == conv_id)
+
+    def flush(self, conv_id: str | None = None, timeout: float | None = None) -> bool:
+        """Wait until the snapshots handed to the writer (of `conv_id`) are written; False on `timeout`."""
+        return self._writer.wait(None if conv_id is None else lambda key: key[0] == conv_id, timeout)
+
+    def write(self, snap: Snapshot) -> Written:
+        """The documents' side files that are not there yet, then the chat file, whole under a unique temporary
+        name, mode 0600 (a conversation is private). When another window or process wrote this conversation
+        since this copy was read or saved, this copy is saved as a new conversation beside it instead
+        ("… (copy)"): both are kept, neither overwrites the other."""
+        for _name, text_file, _pages, _path, text in snap.documents:
+            _write_text_once(self.documents / text_file, text)
         with FileLock(self.folder / ".lock", mode=0o600, timeout=LOCK_TIMEOUT_S):
-            if _stamp(self.file_of(conv.id)) not in (None, getattr(conv, "disk_stamp", None)):
-                log.warning("conversation %s changed in another window; this copy is kept as a new one", conv.id)
-                conv.id, conv.title = uuid.uuid4().hex[:12], f"{conv.title} (copy)"
-            conv.updated = time.time()
-            write_private(self.file_of(conv.id), _json_text(conv.to_dict()))
-            conv.disk_stamp = _stamp(self.file_of(conv.id))
+            copy = self._copies.get((snap.lineage, snap.id))
+            if copy is not None:  # saved as a copy before the window heard of it: its saves go there
+                snap = replace(snap, id=copy.id, title=copy.title)
+            on_disk = _stamp(self.file_of(snap.id))
+            if on_disk not in (None, snap.base_stamp) and self._written.get(snap.id) != (snap.lineage, on_disk):
+                log.warning("conversation %s changed in another window; this copy is kept as a new one", snap.id)
+                old = snap.id
+                snap = replace(snap, id=uuid.uuid4().hex[:12], title=f"{snap.title} (copy)")
+                self._copies[(snap.lineage, old)] = Written(snap.id, snap.title, None)
+            write_private(self.file_of(snap.id), snap.chat_text())
+            stamp = _stamp(self.file_of(snap.id))
+            self._written[snap.id] = (snap.lineage, stamp)
+        return Written(snap.id, snap.title, stamp)
+
+    def read_text(self, text_file: str) -> str:
+        """A document's text from its side file (OSError when it is missing)."""
+        raw = (self.documents / text_file).read_bytes()
+        try:
+            return raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"the document's text file {text_file} is damaged ({exc})") from None
 
     def load(self, conv_id: str) -> Conversation:
-        """One conversation; OSError, or ValueError saying what is wrong with a damaged file."""
+        """One conversation (its snapshots still being written are written first); OSError, or ValueError
+        saying what is wrong with a damaged file."""
+        self.flush(conv_id)
         p = self.file_of(conv_id)
         stamp = _stamp(p)
-        conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name))
+        conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name), self.read_text)
         conv.disk_stamp = stamp
         return conv
 
     def load_all(self) -> list[Conversation]:
         """Every readable conversation, newest first; a damaged file is set aside as NAME.bad-<time>
         (nothing lost, and never loaded again) and logged."""
-        out = []
-        for p in self.folder.glob("*.json"):
-            try:
-                out.append(self.load(p.stem))
-            except ValueError as exc:  # NotAnObject, UnicodeDecodeError and the shape check are all ValueError
-                kept = set_aside(p)
-                log.warning("conversation %s is damaged (%s); it was kept as %s", p.name, exc, kept or p)
-            except OSError as exc:
-                log.warning("skipping unreadable conversation %s: %s", p.name, exc)
+        self.flush()
+        out = [c for c in map(self._load_or_set_aside, sorted(self.folder.glob("*.json"))) if c is not None]
         return sorted(out, key=lambda c: c.updated, reverse=True)
+
+    def summaries(self) -> list[Summary]:
+        """Each readable conversation's id, title and time, newest first, without reading its documents'
+        texts; a damaged file is set aside as load_all does."""
+        self.flush()
+        out = [s for s in map(self._summary_or_set_aside, sorted(self.folder.glob("*.json"))) if s is not None]
+        return sorted(out, key=lambda s: s.updated, reverse=True)
+
+    def _load_or_set_aside(self, p: Path) -> Conversation | None:
+        return self._read_or_set_aside(p, lambda: self.load(p.stem))
+
+    def _summary_or_set_aside(self, p: Path) -> Summary | None:
+        def summary() -> Summary:
+            d = parse_object(p.read_bytes().decode("utf-8"), p.name)
+            _check_shape(d)
+            return Summary(d["id"], str(d.get("title", "Chat")), float(d.get("updated", 0)))
+        return self._read_or_set_aside(p, summary)
+
+    @staticmethod
+    def _read_or_set_aside(p: Path, read):
+        try:
+            return read()
+        except ValueError as exc:  # NotAnObject, UnicodeDecodeError and the shape check are all ValueError
+            kept = set_aside(p)
+            log.warning("conversation %s is damaged (%s); it was kept as %s", p.name, exc, kept or p)
+        except OSError as exc:
+            log.warning("skipping unreadable conversation %s: %s", p.name, exc)
+        return None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the conversation list shows of a chat."""
+    id: str
+    title: str
+    updated: float
+
+    @classmethod
+    def of(cls, conv: Conversation) -> "Summary":
+        return cls(conv.id, conv.title, conv.updated)
