@@ -31,16 +31,17 @@ def test_a_full_disk_during_an_answer_is_told_keeps_the_chat_and_saves_it_when_t
     w.new_conversation()
     tries = []
 
-    def full(conv):
-        tries.append(conv.id)
+    def full(snap):  # the writer thread's write (saves are written off the GUI thread)
+        tries.append(snap.id)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "save", full)
+    monkeypatch.setattr(store, "write", full)
     w.chat.input.setPlainText("Name three colours.")
     assert w.chat.send()
     wait_idle(qtbot, w)
 
     chat = w.chat
+    qtbot.waitUntil(lambda: bool(chat.save_error) and not store.pending())  # the write's news comes back
     assert chat.notice.isVisibleTo(w) and "could not be saved" in chat.notice.text()
     assert "No space left on device" in chat.notice.text() and "free some disk space" in chat.notice.text()
     assert chat.send_btn.isEnabled() and chat.attach_btn.isEnabled()
@@ -57,13 +58,13 @@ def test_a_full_disk_during_an_answer_is_told_keeps_the_chat_and_saves_it_when_t
     assert not chat.notice.isVisibleTo(w) and chat.save_error == ""
 
     stopped, asked = [], []
-    monkeypatch.setattr(store, "save", full)
+    monkeypatch.setattr(store, "write", full)
     monkeypatch.setattr(w.serve, "stop", lambda: stopped.append(True))
     chat.conv.messages[-1].content += " (edited)"
-    assert not chat.save()
+    assert not chat.save_now()
     monkeypatch.setattr(QMessageBox, "warning", lambda *a: asked.append(a[2]) or QMessageBox.No)
     assert not w.close() and w.isVisible() and "could not be saved" in asked[0]  # quitting would lose it: asked
     w.shutdown()  # quitting anyway: a failed write raises nothing and skips nothing
     assert stopped == [True] and chat.save_error
     monkeypatch.undo()
-    assert chat.save() and "(edited)" in store.load(chat.conv.id).messages[-1].content
+    assert chat.save_now() and "(edited)" in store.load(chat.conv.id).messages[-1].content

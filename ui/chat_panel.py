@@ -3,14 +3,13 @@
 What is asked of the engine comes from app/chat_session.py (the conversation as turns, the request);
 requests go to the engine client; each answer's events stream back to this panel's own callbacks and
 into the last message, and Stop cancels this panel's answer only. The conversation is saved after
-every message and every half second while an answer streams. Attaching and removing documents, and
-showing an answer's sources in the pane, are ui/chat_documents.py's; counting the prompt's tokens as it is
-typed is ui/chat_count.py's.
+every message and every half second while an answer streams, written off the GUI thread (ui/chat_saving.py).
+Attaching and removing documents, and showing an answer's sources in the pane, are ui/chat_documents.py's;
+counting the prompt's tokens as it is typed is ui/chat_count.py's.
 """
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from PySide6.QtCore import QTimer, Signal, Slot
@@ -36,6 +35,7 @@ from backend.stopping import LOOP_NOTE
 from ui.background import BackgroundJobs
 from ui.chat_count import ChatCount
 from ui.chat_documents import NO_DOCUMENT, ChatDocuments
+from ui.chat_saving import SAVE_EVERY_S, SAVE_RETRY_MS, ChatSaving  # noqa: F401 (SAVE_RETRY_MS: said here before)
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
 from ui.document_pane import DocumentPane
@@ -44,12 +44,10 @@ from ui.ttft_chart import TtftChart
 
 log = logging.getLogger(__name__)
 
-SAVE_EVERY_S = 0.5
-SAVE_RETRY_MS = 5000  # while a chat could not be written (a full disk), it is tried again this often
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
 
 
-class ChatPanel(ChatDocuments, ChatCount, QWidget):
+class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
     busy_changed = Signal(bool)  # an answer is being produced or documents read (switching conversations waits)
     documents_read = Signal(bool)  # an attach_documents ended: True when one or more documents were attached
@@ -73,8 +71,7 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
         self._answer: Message | None = None
         self._answer_widget = None
         self._exact_text: list[str] = []
-        self._last_save = 0.0
-        self.save_error: str = ""  # why the shown chat is not on disk yet ("" when it is)
+        self._init_saving()
         self._progress_base: tuple[int, float] | None = None
         self.setAcceptDrops(True)
         self._build_widgets()
@@ -139,9 +136,6 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
         self._count_timer.setSingleShot(True)
         self._count_timer.setInterval(COUNT_AFTER_MS)
         self._count_timer.timeout.connect(self.request_count)
-        self._save_retry = QTimer(self)
-        self._save_retry.setInterval(SAVE_RETRY_MS)
-        self._save_retry.timeout.connect(self.save)
         self.attach_btn.clicked.connect(self.choose_document)
         self.folder_btn.clicked.connect(self.choose_folder)
         self.pane.remove_requested.connect(self.remove_document)
@@ -158,8 +152,8 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
         if self.busy():  # the answer in progress belongs to the shown conversation: stop first
             self._notice("Stop or wait for the answer before switching conversations.")
             return False
-        if self.save_error and not self.save():  # the shown chat lives only here: it is not dropped
-            return False
+        if (self.save_error or self.saves_pending()) and not self.save_now():  # the shown chat lives only here:
+            return False  # it is not dropped before it is on disk
         self.conv = conv
         self.view.clear()
         for i, m in enumerate(conv.messages):
@@ -172,30 +166,6 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
     def new_conversation(self) -> Conversation:
         self.load_conversation(Conversation())
         return self.conv
-
-    @Slot()
-    def save(self) -> bool:
-        """Write the shown chat; False (and a notice) when the system will not, e.g. a full disk: the chat
-        stays in this window and is written again every few seconds, on each change and at quit."""
-        if not (self.conv.messages or self.conv.documents):
-            return True
-        self._last_save = time.monotonic()  # a failed write waits as long as a good one before the next try
-        try:
-            self.store.save(self.conv)
-        except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            if not self.save_error:
-                log.warning("chat %s could not be saved: %s", self.conv.id, exc)
-            self.save_error = (f"This chat could not be saved ({reason}). It is kept in this window and saved "
-                               "as soon as it can be: free some disk space, or check the data folder's permissions.")
-            self._notice(self.save_error)
-            self._save_retry.start()
-            return False
-        if self.save_error:
-            self.save_error = ""
-            self._save_retry.stop()
-            self._notice("")
-        return True
 
     def _decorate(self, w, m: Message) -> None:
         meta, beside_exact = message_lines(m)
@@ -257,7 +227,8 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
                                     documents=None, **drawn) if compare else None)
         self._notice("")
         self.input.clear()
-        self._answer = chat_session.ask(self.conv, question)
+        self._count_timer.stop()  # not counted while it streams (a long document's prompt takes long to build):
+        self._answer = chat_session.ask(self.conv, question)  # the answer's end counts the next one
         self.save()
         self.view.add("user", question)
         self._answer_widget = self.view.add("assistant", "")
@@ -387,11 +358,11 @@ class ChatPanel(ChatDocuments, ChatCount, QWidget):
         self._update_buttons()
 
     def shutdown(self) -> None:
-        """Save the conversation; stop a reading of documents (on quit)."""
-        self._save_retry.stop()
+        """Save the conversation and wait for its writes; stop a reading of documents (on quit)."""
         try:
-            self.save()
+            self.save_now()
         finally:
+            self._save_retry.stop()  # a write that failed just now is not tried again after quitting
             self.jobs.shutdown()
 
     def _notice(self, text: str) -> None:

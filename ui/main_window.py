@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations import ConversationStore
+from app.conversations import ConversationStore, Summary
 from app.engine_client import EngineClient
 from app.engine_protocol import EngineReady, EngineSettings, TaskKind
 from app.settings import RunOverrides, Settings
@@ -84,6 +84,11 @@ class MainWindow(QMainWindow):
     def _build_docks(self) -> None:
         """Conversations on the left; the RidgeFill controls, the Generation section and the TTFT chart on the right."""
         self.conv_list = QListWidget()
+        self._summaries: dict[str, Summary] = {}  # what the list shows of each chat, kept up to date in memory
+        refresh = QAction("Refresh the list from the data folder", self.conv_list)
+        refresh.triggered.connect(self.refresh_conversations)
+        self.conv_list.setContextMenuPolicy(Qt.ActionsContextMenu)
+        self.conv_list.addAction(refresh)
         self.new_btn = QPushButton("New chat")
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -131,9 +136,13 @@ class MainWindow(QMainWindow):
         self.controls.compare.setChecked(self.settings.compare_exact)
         if self.settings.first_start:  # the embedded models are for trying the app: show what it recommends
             self.tabs.setCurrentWidget(self.models)
-        convs = self.store.load_all()
-        if convs:
-            self.chat.load_conversation(convs[0])
+        self._summaries = {s.id: s for s in self.store.summaries()}
+        for summary in sorted(self._summaries.values(), key=lambda s: s.updated, reverse=True):
+            try:  # the latest chat that can be read
+                if self.chat.load_conversation(self.store.load(summary.id)):
+                    break
+            except (OSError, ValueError):
+                continue
         self._refresh_list()
         if self.service.info is not None:  # a service that is already running (tests share one)
             self._on_ready(self.service.info)
@@ -176,13 +185,23 @@ class MainWindow(QMainWindow):
         self.chart.clear()
         self._refresh_list()
 
+    @Slot()
+    def refresh_conversations(self) -> None:
+        """The list read again from the data folder (another window's chats)."""
+        self._summaries = {s.id: s for s in self.store.summaries()}
+        self._refresh_list()
+
     @Slot(object)
-    def _refresh_list(self, *_):
+    def _refresh_list(self, changed=None):
+        """The list from the summaries in memory; `changed` (a conversation) updates its own first. The
+        folder is read only at start and by refresh_conversations: not each time a chat changes."""
+        if changed is not None:
+            self._summaries[changed.id] = Summary.of(changed)
         self.conv_list.blockSignals(True)
         self.conv_list.clear()
-        convs = self.store.load_all()
-        if not any(c.id == self.chat.conv.id for c in convs):
-            convs.insert(0, self.chat.conv)
+        convs = sorted(self._summaries.values(), key=lambda s: s.updated, reverse=True)
+        if self.chat.conv.id not in self._summaries:
+            convs.insert(0, Summary.of(self.chat.conv))
         for c in convs:
             item = QListWidgetItem(c.title)
             item.setData(Qt.UserRole, c.id)
@@ -329,7 +348,7 @@ class MainWindow(QMainWindow):
                 self.service.shutdown()
 
     def closeEvent(self, e) -> None:
-        if self.chat.save_error and not self.chat.save() and not self._quit_unsaved():
+        if not self.chat.save_now() and not self._quit_unsaved():  # waits for the writes still under way
             e.ignore()
             return
         self.shutdown()
