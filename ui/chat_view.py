@@ -2,8 +2,11 @@
 sources as chips under it; the app's notes (a document added or removed) as a grey line."""
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QTextEdit, QVBoxLayout, QWidget
 
 ROLE_STYLE = {
     "user": "QFrame#msg { background: palette(alternate-base); border-radius: 8px; }",
@@ -11,6 +14,57 @@ ROLE_STYLE = {
     "note": "QFrame#msg { border: none; } QLabel { color: palette(placeholder-text); font-style: italic; }",
 }
 WHO = {"user": "You", "assistant": "Assistant"}
+
+
+class MessageText(QTextEdit):
+    """A message's text, word-wrapped and selectable like a label, that grows at its end: a streamed token is
+    inserted there (the document lays out only its last paragraph again), where a QLabel would take and lay
+    out its whole text again for each token. It is as tall as its text: no scroll bar of its own."""
+
+    def __init__(self, text: str = "", parent=None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setTextInteractionFlags(Qt.TextSelectableByMouse | Qt.TextSelectableByKeyboard)
+        self.setLineWrapMode(QTextEdit.WidgetWidth)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.viewport().setAutoFillBackground(False)  # the message frame's colour shows through, as a label's
+        self.document().setDocumentMargin(0)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.setPlainText(text)
+        self._fit()
+
+    def text(self) -> str:
+        return self.toPlainText()
+
+    def setText(self, text: str) -> None:
+        self.setPlainText(text)
+
+    def append_text(self, piece: str) -> None:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.End)
+        cursor.insertText(piece)
+
+    def heightForWidth(self, width: int) -> int:
+        """The height the text needs at `width` (at its own width: the height it has)."""
+        if width == self.width():
+            return self._text_height()
+        doc = self.document().clone()
+        doc.setTextWidth(width - 2 * self.frameWidth())
+        return math.ceil(doc.size().height()) + 2 * self.frameWidth()
+
+    def _text_height(self) -> int:
+        return math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+
+    def _fit(self, *_) -> None:
+        # a line more or less: the frame grows with it (the view scrolls, not this text)
+        if self.height() != self._text_height():
+            self.setFixedHeight(self._text_height())
+
+    def wheelEvent(self, e) -> None:
+        e.ignore()  # the chat view scrolls, not a message
 
 
 class MessageWidget(QFrame):
@@ -23,10 +77,7 @@ class MessageWidget(QFrame):
         self.who.setStyleSheet("font-weight: bold")
         self.who.setVisible(role in WHO)
         self.chips: QWidget | None = None  # the answer's sources (ui/source_chips.py)
-        self.body = QLabel(text)
-        self.body.setWordWrap(True)
-        self.body.setTextFormat(Qt.PlainText)
-        self.body.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.body = MessageText(text)
         self.meta = QLabel()
         self.meta.setWordWrap(True)
         self.meta.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
@@ -48,7 +99,7 @@ class MessageWidget(QFrame):
         return self.body.text()
 
     def append(self, piece: str) -> None:
-        self.body.setText(self.body.text() + piece)
+        self.body.append_text(piece)  # not setText(all + piece): that lays out the whole answer per token
 
     def set_text(self, text: str) -> None:
         self.body.setText(text)
