@@ -14,6 +14,7 @@ pytest.importorskip("pytestqt")
 
 from app.conversation_writer import CoalescingWriter  # noqa: E402
 from app.conversations import Conversation, ConversationStore, Document, Message, snapshot  # noqa: E402
+from tests.gui_helpers import make_window, start_service, wait_ready  # noqa: E402
 from tests.measure_chat_stall import SENTENCE, FakeEngine, measure  # noqa: E402
 
 STALL_BOUND_MS = 250  # generous: the loop ticks every 10 ms; a write on the GUI thread stalls it a whole second
@@ -150,3 +151,36 @@ def test_a_streamed_answer_grows_by_appending_and_stays_wrapped_and_selectable(q
     cursor.select(cursor.SelectionType.Document)
     answer.body.setTextCursor(cursor)
     assert answer.body.textCursor().selectedText().replace("\u2029", "\n") == "".join(pieces)
+
+
+@pytest.fixture(scope="module")
+def service(qapp, model_path):
+    svc = start_service(model_path, n_ctx=2048, n_batch=128)
+    yield svc
+    svc.shutdown()
+
+
+def test_the_list_follows_a_change_in_memory_and_quitting_waits_for_a_slow_write(qtbot, service, tmp_path,
+                                                                                   monkeypatch):
+    wait_ready(qtbot, service)
+    store = ConversationStore(tmp_path / "chats")
+    store.save(Conversation(id="older", title="Older chat", messages=[Message("user", "q")]))
+    w = make_window(qtbot, service, store=store)
+    assert w.chat.conv.id == "older"  # the latest chat, from the folder read at start
+    reads = []
+    for name in ("summaries", "load_all"):
+        monkeypatch.setattr(store, name, lambda real=getattr(store, name), name=name: reads.append(name) or real())
+    w.new_conversation()
+    chat = w.chat
+    chat.conv.title = "What is new?"
+    chat.conv.messages.append(Message("user", "What is new?"))
+    chat.save()
+    chat.conversation_changed.emit(chat.conv)
+    assert [w.conv_list.item(i).text() for i in range(w.conv_list.count())] == ["What is new?", "Older chat"]
+    assert not reads, "the list read the folder again for a change it was told of"
+    real_write = store.write
+    monkeypatch.setattr(store, "write", lambda snap: time.sleep(SLOW_WRITE_S) or real_write(snap))
+    chat.conv.messages.append(Message("user", "one more"))
+    chat.save()
+    assert w.close()  # quitting waits for the write under way
+    assert ConversationStore(tmp_path / "chats").load(chat.conv.id).messages[-1].content == "one more"
