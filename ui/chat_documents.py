@@ -25,13 +25,14 @@ NO_DOCUMENT = ("No document: attach text, PDF, Word (.docx), web page, e-book (.
 def read_each(paths, stopped=lambda: False) -> tuple[list[tuple[Path, DocumentText]], list[str]]:
     """Each path's documents with the file each came from (a folder gives its readable files), and one
     message per path that could not be read: one bad file does not keep the others out. `stopped()` is
-    asked before each path; True ends the reading with Cancelled."""
+    asked before each path and inside each reading (between parts, pages and elements); True ends the
+    reading with Cancelled."""
     found, errors = [], []
     for path in map(Path, paths):
         if stopped():
             raise Cancelled("stopped reading")
         try:
-            docs = read_documents([path])
+            docs = read_documents([path], cancelled=stopped)
         except DocumentError as exc:
             errors.append(str(exc))
             continue
