@@ -15,7 +15,7 @@ from app.engine_protocol import EngineSettings
 from backend import user_paths
 from backend.hub.settings import HubSettings
 from backend.config_lock import config_lock, lock_path
-from backend.json_file import read_object, read_object_and_bytes, repair, write_private
+from backend.json_file import read_object, read_object_and_bytes, repair, tell, write_private
 from backend.private_files import tighten
 from backend.prompt_cache import DEFAULT_LIMIT_BYTES
 from backend.protocol import AUTO_CTX, DEFAULT_MAX_TOKENS
@@ -56,8 +56,9 @@ class Settings:
         tighten(path.parent, path, lock_path(path))
         first_start = not path.exists()  # the window opens on the models it recommends
         s, _, wrong = cls._from(read_object(path, WHAT) or {})
-        if wrong:
-            s = cls._repaired(path)
+        if wrong:  # the file is mended by the next save, under the lock (it may be another window's to write)
+            tell(f"{WHAT} {path} has wrong values for {', '.join(wrong[:10])}: their defaults are used, and the next "
+                 f"save keeps the file as it is now as {FILE_NAME}.bad-<time>")
         s.first_start = first_start
         s._base = asdict(s)
         return s
@@ -78,26 +79,21 @@ class Settings:
                     setattr(s, key, right)
         return s, good, wrong
 
-    @classmethod
-    def _repaired(cls, path: Path) -> "Settings":
-        """Under the lock, the file read again (another process may have mended it) and, still wrong, kept as
-        settings.json.bad-<time> and rewritten with what was right in it."""
-        with config_lock(path):
-            data, raw = read_object_and_bytes(path, WHAT)
-            s, good, wrong = cls._from(data or {})
-            if wrong and raw is not None:
-                repair(path, raw, json.dumps(good, indent=2), WHAT, "wrong values for " + ", ".join(wrong[:10]))
-        return s
-
     def save(self) -> None:
         """Write what this object changed since it was loaded (or saved) over what the file holds now, under a
         lock: a token or a setting another window or `serve` saved meanwhile is kept. Mode 0600 (the hub
-        token). An object made without load() writes all its values. OSError when it cannot be written."""
+        token). An object made without load() writes all its values. A file holding wrong values is kept as
+        settings.json.bad-<time> and written without them. OSError when it cannot be written."""
         mine = asdict(self)
         path = self.path()
         with config_lock(path):
-            now = read_object(path, WHAT) or {}
-            write_private(path, json.dumps(_merged(now, mine, getattr(self, "_base", None)), indent=2))
+            now, raw = read_object_and_bytes(path, WHAT)
+            _, good, wrong = self._from(now or {})
+            text = json.dumps(_merged(good, mine, getattr(self, "_base", None)), indent=2)
+            if not (wrong and raw is not None):
+                write_private(path, text)
+            elif repair(path, raw, text, WHAT, "wrong values for " + ", ".join(wrong[:10])) is None:
+                raise OSError(f"{path} holds wrong values and no copy of it could be kept: it was not overwritten")
         self._base = mine
 
     def engine_settings(self) -> EngineSettings:

@@ -11,7 +11,7 @@ from app.logging_setup import setup_logging
 
 # listed in this order in --help; `cache_bench` adds `cache bench`
 COMMANDS = ["recall", "compare", "nll", "sweep", "bench", "hitrate", "followup", "sources", "fidelity",
-            "fuzz_readers", "fuzz_server", "fuzz_remote", "serve_load", "cache_bench"]
+            "fuzz_readers", "fuzz_configs", "fuzz_server", "fuzz_remote", "serve_load", "cache_bench"]
 COMMAND_MODULES = [f"lab.commands.{name}" for name in COMMANDS]
 
 

@@ -34,6 +34,8 @@ def test_settings_with_wrong_values_get_defaults_the_file_kept_aside_and_a_notic
     json_file.notices(clear=True)
     s = Settings.load()
     assert (s.threads, s.n_ctx, s.split, s.generation) == (0, 4096, 0, {"m.gguf": {"top_k": 5}})
+    assert path.read_text() == text and "threads" in json_file.notices(clear=True)[0]  # told at start
+    s.save()  # mended by the next save, under the lock (another window may be writing it)
     (kept,) = copies(path)
     assert kept.read_text() == text and kept.stat().st_mode & 0o077 == 0
     assert json.loads(path.read_text()) == {"n_ctx": 4096, "newer": 1, "generation": {"m.gguf": {"top_k": 5}}}

@@ -1,0 +1,243 @@
+"""`python -m lab fuzz-configs [--examples N] [--seed S] [--config NAME]`: random files in the place of each config
+file (settings.json, servers.json, the user's model list; issue 65, item 5), each loaded as the app loads it. What
+loads must be the file's value or the default, field by field; a file with anything wrong is kept whole as
+NAME.bad-<time>, and the file left behind loads the same again with nothing more set aside; then a write through
+the app's own writer keeps what loaded. Anything else (an exception included) is a finding, counted with its
+input, and the run goes on. Inputs: any JSON (numbers past a float's range, NaN, lone surrogates, NUL, nesting
+thousands deep inside an object), each file's own shape with values of any type, not JSON, not UTF-8."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from lab.commands.fuzz_readers import INPUT_S, OutOfTime, _hang, finding_key, peak_rss_mb
+
+CONFIGS = ("settings", "servers", "models")
+SETTINGS = {"threads": 2, "n_ctx": 512, "max_tokens": 256, "model_path": "/m.gguf", "hub_token": "t", "split": 3,
+            "tail": 0, "ridgefill_on": True, "compare_exact": False, "prompt_cache_gb": 20,
+            "generation": {"m.gguf": {"temperature": 0.7, "top_k": 40, "dry_sequence_breakers": ["\n"]}}}
+SERVER = {"url": "http://h:8080/v1", "model": "m", "api_key": "k", "ours": True, "n_layer": 30, "default_split": 12,
+          "default_tail": 64}
+MODEL = {"id": "user-model", "name": "m", "architecture": "llama", "repo_id": "o/r", "filename": "m.gguf",
+         "size_bytes": 5, "context_length": 512, "size_exact": False, "local_path": None}
+
+
+def strategies() -> dict:
+    """config name -> the strategy of its files' bytes."""
+    from hypothesis import strategies as st
+
+    text = st.lists(st.one_of(st.characters(codec=None), st.sampled_from(["\ud800", "\udfff", "\0"])),
+                    max_size=10).map("".join)  # st.text() leaves lone surrogates out
+    number = st.integers() | st.sampled_from([10**400, -10**400, 2**63, 2**31, 4097, -1, 0]) | st.floats()
+    anything = st.recursive(st.none() | st.booleans() | number | text,
+                            lambda c: st.lists(c, max_size=4) | st.dictionaries(text, c, max_size=4), max_leaves=16)
+    deep = st.integers(1, 5_000).map(lambda n: '{"generation": ' + '{"a": ' * n + "1" + "}" * (n + 1))
+
+    def shaped(template: dict):
+        keys = st.sampled_from(sorted(template))
+        return st.builds(lambda changes, drop: {**{k: v for k, v in template.items() if k not in drop}, **changes},
+                         st.dictionaries(keys | text, anything, max_size=4), st.sets(keys, max_size=3))
+
+    def listed(key: str, template: dict):
+        return st.lists(shaped(template) | anything, max_size=3).map(lambda xs: {key: xs})
+
+    def as_bytes(objects):
+        files = objects.map(lambda o: json.dumps(o).encode())
+        return st.one_of(files, files, anything.map(lambda o: json.dumps(o).encode()), deep.map(str.encode),
+                         st.binary(max_size=80), st.binary(max_size=40).map(lambda b: b"\xef\xbb\xbf{" + b))
+
+    return {"settings": as_bytes(shaped(SETTINGS)), "servers": as_bytes(listed("servers", SERVER) | shaped({"servers": []})),
+            "models": as_bytes(listed("models", MODEL) | shaped({"models": []}))}
+
+
+def _object(data: bytes):
+    """The JSON object the file holds, as the app reads it, or None."""
+    from backend.json_file import NotAnObject, parse_object
+
+    try:
+        return parse_object(data.decode("utf-8-sig"), "the file")
+    except (NotAnObject, UnicodeDecodeError):
+        return None
+
+
+def _same_or_default(value, default, given: dict | None, key: str) -> bool:
+    """`value` is the default, or the file's own value for `key` (of the same type: JSON's 1 is no `true`)."""
+    if type(value) is not type(default):
+        return False
+    return value == default or (given is not None and key in given and type(given[key]) is type(value)
+                                and given[key] == value)
+
+
+def _exactly(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _file_kept_or_set_aside(path: Path, data: bytes, again) -> str:
+    """The file as it was, or its bytes kept whole beside it; loading `again` changes nothing more."""
+    aside = list(path.parent.glob(path.name + ".bad-*"))
+    if not aside:
+        assert path.read_bytes() == data, "a file changed without a copy kept"
+        return "kept"
+    assert len(aside) == 1 and aside[0].read_bytes() == data, "a set-aside file lost its bytes"
+    assert aside[0].stat().st_mode & 0o077 == 0, "a set-aside copy others can read"
+    before = path.read_bytes() if path.exists() else None
+    again()
+    assert len(list(path.parent.glob(path.name + ".bad-*"))) == 1, "what was left behind was set aside again"
+    assert (path.read_bytes() if path.exists() else None) == before, "loading again changed the file"
+    return "repaired" if path.exists() else "set aside"
+
+
+def check_settings(data: bytes, work: Path) -> str:
+    from app.settings import Settings
+
+    path = work / "settings.json"
+    path.write_bytes(data)
+
+    class At(Settings):
+        @classmethod
+        def path(cls) -> Path:
+            return path
+
+    s, default, given = At.load(), At(), _object(data)
+    for f in fields(Settings):
+        value = getattr(s, f.name)
+        if f.name == "generation":
+            assert isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()), value
+            json.dumps(value)  # writable back
+        else:
+            assert _same_or_default(value, getattr(default, f.name), given, f.name), (f.name, value)
+    assert s.threads <= 4096 and s.n_ctx < 2**31 and math.isfinite(float(s.prompt_cache_bytes()))
+    outcome = _file_kept_or_set_aside(path, data, At.load)  # load leaves a wrong value to the next save
+    s.save()
+    assert At.load() == s and path.stat().st_mode & 0o077 == 0
+    if outcome == "kept" and list(work.glob("settings.json.bad-*")):
+        outcome = _file_kept_or_set_aside(path, data, lambda: At.load().save()) + " at save"
+    return outcome
+
+
+def check_servers(data: bytes, work: Path) -> str:
+    from app import remote_servers as rs
+
+    path = work / "servers.json"
+    path.write_bytes(data)
+    rs.servers_path = lambda: path  # this process only fuzzes
+    servers, given = rs.load_servers(), _object(data)
+    entries = given.get("servers") if given else None
+    for s in servers:
+        matches = [e for e in entries if isinstance(e, dict) and e.get("model") == s.model]
+        assert matches and isinstance(s.url, str), s
+        for k, default in rs._DEFAULTS.items():
+            assert any(_same_or_default(getattr(s, k), default, e, k) for e in matches), (k, s)
+    outcome = _file_kept_or_set_aside(path, data, rs.load_servers)
+    new = rs.RemoteServer("http://new/v1", "n")
+    assert rs.add_server(new)[-1] == new
+    assert rs.load_servers() == [x for x in servers if (x.url, x.model) != (new.url, new.model)] + [new]
+    return outcome
+
+
+def check_models(data: bytes, work: Path) -> str:
+    from backend.hub.catalogue import ModelEntry, add_hub, find_entry, load_catalogue, read_user_items
+
+    path = work / "user_models.json"
+    path.write_bytes(data)
+    builtin, entries, given = load_catalogue(None), load_catalogue(path), _object(data)
+    assert entries[:len(builtin)] == builtin
+    for e in entries[len(builtin):]:  # each the file's own values, the defaults for the fields it left out
+        same = [d for d in given["models"] if isinstance(d, dict) and d.get("id") == e.id and all(
+            _exactly(getattr(e, f.name), d.get(f.name, f.default)) for f in fields(ModelEntry) if f.name != "source")]
+        assert same, e
+        assert find_entry(e.id, entries).id == e.id and math.isfinite(float(e.size_bytes or 0))
+    outcome = _file_kept_or_set_aside(path, data, lambda: load_catalogue(path))
+    before = [d for d in read_user_items(path) if not (isinstance(d, dict) and d.get("id") == "o-x")]
+    add_hub("o/r", "x.gguf", path)
+    assert json.dumps(read_user_items(path)[:-1]) == json.dumps(before) and find_entry("o-x", load_catalogue(path))
+    return outcome
+
+
+CHECKS = {"settings": check_settings, "servers": check_servers, "models": check_models}
+
+
+def run_config(name: str, examples: int, seed: int, minutes: float = 0, batch: int = 8) -> dict:
+    """`examples` files for one config (fewer when `minutes` run out): the outcomes and findings counted."""
+    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strategies as st
+
+    stats = {"inputs": 0, "outcomes": {}, "findings": {}, "slowest_s": 0.0}
+    work = Path(tempfile.mkdtemp(prefix=f"ridgefill-fuzz-{name}-"))
+    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
+
+    def one(data: bytes) -> None:
+        started = time.perf_counter()
+        try:
+            signal.setitimer(signal.ITIMER_PROF, INPUT_S)
+            outcome = CHECKS[name](data, work)
+        except Exception as exc:  # a finding: counted with its input, the run goes on
+            found = stats["findings"].setdefault(finding_key(exc), {"count": 0, "message": str(exc)[:200],
+                                                                    "input": repr(data)[:300]})
+            found["count"] += 1
+            outcome = "finding"
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            for p in work.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        stats["inputs"] += 1
+        stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
+        stats["slowest_s"] = max(stats["slowest_s"], time.perf_counter() - started)
+
+    @hseed(seed)
+    @settings(max_examples=-(-examples // batch), database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(strategies()[name], min_size=batch, max_size=batch))
+    def some(inputs) -> None:
+        for data in inputs[:examples - stats["inputs"]]:
+            if time.monotonic() > deadline:
+                raise OutOfTime
+            one(data)
+
+    previous = signal.signal(signal.SIGPROF, _hang)
+    try:
+        some()
+    except OutOfTime:
+        stats["out_of_time"] = True
+    finally:
+        signal.signal(signal.SIGPROF, previous)
+        shutil.rmtree(work, ignore_errors=True)
+    return stats
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fuzz-configs", help="fuzz the config files (settings, servers, model list) (needs hypothesis)")
+    p.add_argument("--examples", type=int, default=1000, help="files per config (default 1000)")
+    p.add_argument("--config", action="append", choices=CONFIGS, help="only this config (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (the same seed gives the same files)")
+    p.add_argument("--minutes", type=float, default=0, help="stop each config after this long (default: no limit)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Exit 0 when every file loaded as its values or the defaults and nothing raised."""
+    import importlib.util
+    import logging
+
+    if importlib.util.find_spec("hypothesis") is None:
+        return print("error: fuzz-configs needs hypothesis: pip install -e '.[test]'", file=sys.stderr) or 2
+    logging.disable(logging.WARNING)  # every file set aside logs a warning: thousands of lines otherwise
+    findings = 0
+    for name in args.config or CONFIGS:
+        started = time.perf_counter()
+        stats = run_config(name, args.examples, args.seed, args.minutes)
+        n = sum(f["count"] for f in stats["findings"].values())
+        findings += n
+        outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(stats["outcomes"].items()))
+        print(f"{name}: {stats['inputs']:,} files in {time.perf_counter() - started:,.0f} s (seed {args.seed}; "
+              f"{outcomes}); {n:,} findings; slowest {stats['slowest_s'] * 1000:,.0f} ms; peak RSS "
+              f"{peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""), flush=True)
+        for key, f in stats["findings"].items():
+            print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
+    return 1 if findings else 0
