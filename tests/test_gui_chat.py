@@ -374,3 +374,19 @@ def test_documents_are_read_off_the_gui_thread_and_stop_stops_waiting(qtbot, win
     qtbot.wait(300)
     assert not chat.conv.documents and chat.attach_btn.isEnabled()
     assert attach(qtbot, window, doc) and chat.conv.documents[0].name == "manual.txt"
+
+
+def test_a_config_file_of_the_wrong_shape_is_said_in_the_window(qtbot, service, home):
+    """servers.json holding {"servers": 1}: the window starts, with no servers, and says what it did."""
+    from app.remote_servers import servers_path
+
+    wait_ready(qtbot, service)
+    path = servers_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"servers": 1}', encoding="utf-8")
+    try:
+        w = make_window(qtbot, service)
+        assert w.chat.notice.isVisible() and "servers.json" in w.chat.notice.text()
+    finally:
+        path.unlink(missing_ok=True)
+

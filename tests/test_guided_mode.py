@@ -268,8 +268,8 @@ def test_a_run_made_exact_sees_the_runs_before_it_exact(model_path, monkeypatch)
             return float(np.linalg.norm(keys - exact_keys) / np.linalg.norm(exact_keys))
 
         decodes = []
-        decode_rows = eng.decode_rows
-        monkeypatch.setattr(eng, "decode_rows",  # (first position, rows) of each call
+        decode_rows = eng.spares.decode_rows
+        monkeypatch.setattr(eng.spares, "decode_rows",  # (first position, rows) of each call
                             lambda *a, **k: decodes.append((a[1][0], len(a[0]))) or decode_rows(*a, **k))
         monkeypatch.setattr(guided, "guided_runs", lambda *a, **k: [Run(0, 700), Run(704, bulk)])
         rep = ridgefill_prefill(eng, toks, "guided", SPLIT, TAIL, maps=ZeroMaps())

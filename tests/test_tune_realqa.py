@@ -9,13 +9,13 @@ from collections import Counter
 import pytest
 
 from backend.recall.document_questions import load_questions
-from backend.tuning import tune
+from backend.tuning import rules, tune
 from backend.tuning.items import RealQuestions, real_counts, real_question_ids
 from backend.tuning.tune import Candidate, candidate_keeps, choose, keeps_real, real_informative
 
 
 def _candidate(split: int, real: RealQuestions, needle_lost: int = 0) -> Candidate:
-    needles = tune.keeps_recall(needle_lost, 12, 12)
+    needles = rules.keeps_recall(needle_lost, 12, 12)
     return Candidate(split, 12 - needle_lost, 12, 12, 1.5, candidate_keeps(needles, real, ""), lost=needle_lost,
                      real=real)
 
@@ -28,7 +28,7 @@ def _real(k: int, lost: int | None, n: int = 32) -> RealQuestions:
 
 
 def test_a_split_losing_more_than_tolerance_k_of_exacts_right_real_answers_is_refused_though_needles_hold():
-    assert real_informative(tune.MIN_REAL_RIGHT) and not real_informative(tune.MIN_REAL_RIGHT - 1)
+    assert real_informative(rules.MIN_REAL_RIGHT) and not real_informative(rules.MIN_REAL_RIGHT - 1)
     assert keeps_real(1, 0, 7) is True and keeps_real(2, 0, 7) is False  # tolerance(7) = 1
     assert keeps_real(2, 0, 24) is True and keeps_real(3, 0, 24) is False  # tolerance(24) = 2
     assert keeps_real(0, 0, 4) is None  # too few right to judge
@@ -49,7 +49,7 @@ def test_a_split_losing_more_than_tolerance_k_of_exacts_right_real_answers_is_re
 
 
 def test_too_few_right_real_answers_leave_the_split_to_the_needles_and_the_choice_says_so():
-    k = tune.MIN_REAL_RIGHT - 1
+    k = rules.MIN_REAL_RIGHT - 1
     s12 = _candidate(12, _real(k, None))  # not run at the split: it cannot judge it
     assert s12.keeps and s12.real.keeps is None
     split, why = choose([s12], 18, 12, 12, RealQuestions(32, k))
@@ -118,7 +118,7 @@ def test_tunes_real_question_step_on_two_questions_of_one_part_with_the_real_eng
     assert len(items) == 2 and len(left_out) == 15 and items[0].document == items[1].document
     for it in items:
         it.max_tokens = 8  # a short answer is enough to count
-    monkeypatch.setattr(tune, "MIN_REAL_RIGHT", 0)  # two questions judge nothing: let them run anyway
+    monkeypatch.setattr(rules, "MIN_REAL_RIGHT", 0)  # two questions judge nothing: let them run anyway
     run = tune._TuneRun(engine, [], "guided", 64, None, None, None, None, lambda text: None, items,
                         out=tmp_path / "tune.jsonl")
     real, right = run.measure_exact_real()
@@ -131,5 +131,5 @@ def test_tunes_real_question_step_on_two_questions_of_one_part_with_the_real_eng
     assert [r["mode_run"] for r in rows] == ["guided", "guided"] and all(r["bulk_n"] > 0 for r in rows)
     on = {r["id"] for r in rows if r["correct"]}
     assert (got.correct, got.lost, got.gained) == (len(on), len(right - on), len(on - right))
-    assert got.keeps is (got.lost <= tune.tolerance(len(right)))
+    assert got.keeps is (got.lost <= rules.tolerance(len(right)))
     assert not run.measure_real(18, exact, run=False)[1]  # needles lost: the real questions are not run

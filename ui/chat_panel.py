@@ -369,3 +369,7 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
         self.notice.setText(text)
         self.notice.setVisible(bool(text))
 
+    def show_notice(self, text: str) -> None:
+        """The red line above the conversation, for what the window must say (a config file set aside)."""
+        self._notice(text)
+

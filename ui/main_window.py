@@ -26,6 +26,7 @@ from app.engine_protocol import EngineReady, EngineSettings, TaskKind
 from app.settings import RunOverrides, Settings
 from backend.embedded_models import embedded_model_path, is_embedded_model
 from backend.errors import ModelFileError
+from backend.json_file import notices
 from backend.model_file import read_model_header
 from backend.ridgefill.defaults import MIN_TAIL, default_mode, default_split, default_tail
 from ui.chat_panel import ChatPanel
@@ -146,6 +147,9 @@ class MainWindow(QMainWindow):
         self._refresh_list()
         if self.service.info is not None:  # a service that is already running (tests share one)
             self._on_ready(self.service.info)
+        said = notices(clear=True)  # config files set aside or mended as they were read (json_file.tell)
+        if said:
+            self.chat.show_notice(" ".join(said))
 
     @Slot(bool)
     def _on_chat_busy(self, busy: bool) -> None:
