@@ -105,7 +105,9 @@ def test_headless_run_falls_back_to_the_demo():
     assert "headless demo" in r.stdout
     # a 600-token window of the real document around its answer, on the small model: each reply is scored
     assert "valgrind-faq.txt" in r.stdout and "the answer is" in r.stdout
-    assert "RidgeFill (guided) answers (" in r.stdout and "Exact model answers (" in r.stdout
+    # 600 tokens are too few for RidgeFill: it says it ran exact, and why (the timings' note)
+    assert "RidgeFill (ran exact, see below) answers (" in r.stdout and "Exact model answers (" in r.stdout
+    assert "nothing to win" in r.stdout
     assert "Time to first token: RidgeFill" in r.stdout
 
 

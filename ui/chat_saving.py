@@ -1,5 +1,6 @@
 """Saving the shown chat without blocking the window: a snapshot is taken here, on the GUI thread, and the
-store's writer thread writes it (app/conversations.py save_later); what became of it comes back as a signal.
+store's writer thread writes it (app/conversations.py save_later); what became of it comes back through a plain
+queue the GUI thread takes in (the writer thread holds no Qt object: one freed there deadlocks Qt).
 A write the system refuses (a full disk) shows a notice and is tried again every SAVE_RETRY_MS; switching
 chats and quitting wait for the writes and say whether the chat is on disk.
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import time
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QTimer, Slot
 
 from app.conversations import apply_written, snapshot
 
@@ -19,11 +21,7 @@ log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 0.5  # while an answer streams, it is saved this often
 SAVE_RETRY_MS = 5000  # while a chat could not be written (a full disk), it is tried again this often
-
-
-class WriteNews(QObject):
-    """Carries a write's outcome from the writer thread to the GUI thread (a queued signal)."""
-    written = Signal(int, object, object, object)  # save number, Snapshot, Written | None, error | None
+NEWS_EVERY_MS = 100  # while writes are out, their outcomes are taken in this often
 
 
 class ChatSaving:
@@ -32,9 +30,12 @@ class ChatSaving:
         self._last_save = 0.0
         self._saves = 0  # each save's number, so an older write's news never undoes a newer one's
         self._applied = 0  # the newest save whose outcome was applied
-        self._latest = None  # the newest outcome (set on the writer thread; read once writes are flushed)
-        self._news = WriteNews(self)
-        self._news.written.connect(self._on_written)
+        # The writer thread's news, in a plain queue: that thread must never hold a Qt object, for the last
+        # reference it drops would destroy the object there, and Qt then deadlocks with the GUI thread.
+        self._outcomes: queue.SimpleQueue = queue.SimpleQueue()
+        self._news_timer = QTimer(self)
+        self._news_timer.setInterval(NEWS_EVERY_MS)
+        self._news_timer.timeout.connect(self._take_news)
         self._save_retry = QTimer(self)
         self._save_retry.setInterval(SAVE_RETRY_MS)
         self._save_retry.timeout.connect(self.save)
@@ -48,13 +49,13 @@ class ChatSaving:
             return True
         self._last_save = time.monotonic()  # a failed write waits as long as a good one before the next try
         self._saves += 1
-        news, number = self._news, self._saves
+        outcomes, number = self._outcomes, self._saves
 
-        def done(snap, written, error) -> None:  # on the writer thread
-            self._latest = (number, snap, written, error)
-            news.written.emit(number, snap, written, error)
+        def done(snap, written, error) -> None:  # on the writer thread: plain Python only
+            outcomes.put((number, snap, written, error))
 
         self.store.save_later(snapshot(self.conv), done)
+        self._news_timer.start()
         return not self.save_error
 
     def save_now(self) -> bool:
@@ -62,14 +63,24 @@ class ChatSaving:
         notice, when it could not be."""
         self.save()
         self.store.flush()  # one chat's file, small: a document's text was written once, when it was attached
-        if self._latest is not None:
-            self._on_written(*self._latest)
+        self._take_news()
         return not self.save_error
+
+    @Slot()
+    def _take_news(self) -> None:
+        """The writes' outcomes, on the GUI thread, in the order they were written."""
+        while True:
+            try:
+                news = self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            self._on_written(*news)
+        if not self.store.pending() and self._outcomes.empty():
+            self._news_timer.stop()
 
     def saves_pending(self) -> bool:
         return self.store.pending()
 
-    @Slot(int, object, object, object)
     def _on_written(self, number: int, snap, written, error) -> None:
         if number <= self._applied:
             return  # news of an older write, after a newer one's

@@ -38,7 +38,8 @@ def run(args) -> int:
         request = CompletionRequest(messages=messages, max_tokens=24, mode=mode, reuse_prefix=False)
         progress = stderr_progress("exact" if mode == "off" else "RidgeFill")
         result = results[mode] = complete(engine, request, on_event=progress)
-        label = "Exact model" if mode == "off" else f"RidgeFill ({result.timings.mode})"
+        ran = result.timings.mode  # the model's own mode, as the planner resolved it; "off" when it ran exact
+        label = "Exact model" if mode == "off" else f"RidgeFill ({ran if ran != 'off' else 'ran exact, see below'})"
         verdict = "correct" if demo_right(result.text) else f"wrong, expected {question.answers[0]}"
         print(f"{label} answers ({verdict}): {result.text.strip()}")
         print(format_timings(result.timings) + "\n")
