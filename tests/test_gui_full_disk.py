@@ -55,7 +55,8 @@ def test_a_full_disk_during_an_answer_is_told_keeps_the_chat_and_saves_it_when_t
     qtbot.waitUntil(lambda: (tmp_path / "chats" / f"{chat.conv.id}.json").exists(), timeout=15000)
     saved = store.load(chat.conv.id)
     assert [m.content for m in saved.messages] == [m.content for m in chat.conv.messages]
-    assert not chat.notice.isVisibleTo(w) and chat.save_error == ""
+    # the write's news reaches the window a moment after the file (ui/chat_saving.py takes it in)
+    qtbot.waitUntil(lambda: not chat.notice.isVisibleTo(w) and chat.save_error == "", timeout=5000)
 
     stopped, asked = [], []
     monkeypatch.setattr(store, "write", full)
