@@ -64,8 +64,8 @@ def _servers_in(data: dict) -> tuple[list[RemoteServer], str]:
         if not (isinstance(entry, dict) and isinstance(entry.get("url"), str) and isinstance(entry.get("model"), str)):
             wrong += 1
             continue
-        given = {k: entry.get(k, d) for k, d in _DEFAULTS.items()}
-        right = {k: v if _fits(k, v) else _DEFAULTS[k] for k, v in given.items()}
+        given = {k: entry.get(k, d) for k, d in SERVER_DEFAULTS.items()}
+        right = {k: v if _fits(k, v) else SERVER_DEFAULTS[k] for k, v in given.items()}
         wrong += right != given
         out.append(without_credentials(RemoteServer(entry["url"], entry["model"], **right)))
     return out, f"{wrong} server entries of the wrong shape" if wrong else ""
@@ -81,7 +81,7 @@ def without_credentials(server: RemoteServer) -> RemoteServer:
 
 
 _LAYOUT = ("n_layer", "default_split", "default_tail")
-_DEFAULTS = {f.name: f.default for f in fields(RemoteServer) if f.default is not MISSING}
+SERVER_DEFAULTS = {f.name: f.default for f in fields(RemoteServer) if f.default is not MISSING}
 
 
 def _count(value) -> int:
@@ -93,7 +93,7 @@ def _fits(key: str, value) -> bool:
     """`value` is right for entry field `key` (of those with a default)."""
     if key in _LAYOUT:
         return type(value) is int and _count(value) == value
-    return type(value) is type(_DEFAULTS[key])
+    return type(value) is type(SERVER_DEFAULTS[key])
 
 
 def layout_from_meta(meta: dict) -> dict:

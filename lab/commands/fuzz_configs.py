@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -123,17 +124,28 @@ def check_settings(data: bytes, work: Path) -> str:
 
 
 def check_servers(data: bytes, work: Path) -> str:
+    before = os.environ.get("RIDGEFILL_CONFIG_DIR")
+    os.environ["RIDGEFILL_CONFIG_DIR"] = str(work)  # the app's own setting for where servers.json lives
+    try:
+        return _check_servers(data)
+    finally:  # a test process goes on with its own config folder
+        if before is None:
+            os.environ.pop("RIDGEFILL_CONFIG_DIR", None)
+        else:
+            os.environ["RIDGEFILL_CONFIG_DIR"] = before
+
+
+def _check_servers(data: bytes) -> str:
     from app import remote_servers as rs
 
-    path = work / "servers.json"
+    path = rs.servers_path()
     path.write_bytes(data)
-    rs.servers_path = lambda: path  # this process only fuzzes
     servers, given = rs.load_servers(), _object(data)
     entries = given.get("servers") if given else None
     for s in servers:
         matches = [e for e in entries if isinstance(e, dict) and e.get("model") == s.model]
         assert matches and isinstance(s.url, str), s
-        for k, default in rs._DEFAULTS.items():
+        for k, default in rs.SERVER_DEFAULTS.items():
             assert any(_same_or_default(getattr(s, k), default, e, k) for e in matches), (k, s)
     outcome = _file_kept_or_set_aside(path, data, rs.load_servers)
     new = rs.RemoteServer("http://new/v1", "n")
