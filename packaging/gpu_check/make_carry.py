@@ -25,7 +25,7 @@ TRIMMED = "llama_cpp_python-0.3.36-trimmed.tar.gz"
 DROP = ("/.git/", "/.github/", "vendor/llama.cpp/models/", "vendor/llama.cpp/docs/", "vendor/llama.cpp/benches/",
         "vendor/llama.cpp/media/", "vendor/llama.cpp/tools/ui/",
         "vendor/llama.cpp/tests/snapshots/", "examples/notebooks/", "vendor/llama.cpp/scripts/snapdragon/")
-# What the check imports that the device image ('cuda', Python 3.12; /work/.library/device/KINDS.md lists
+# What the check imports that the device image ('cuda', Python 3.12; the device tool's KINDS.md lists
 # its packages) lacks: gguf (the K/V weights, the tiny model), diskcache (llama_cpp imports it),
 # platformdirs (backend.user_paths). numpy, torch, safetensors, jinja2, filelock, pyyaml, tqdm,
 # scikit-build-core, pathspec and packaging are there.
