@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 GGML_TYPE_F16 = 1
 # K/V cache types a context may be made with: f16 (RidgeFill writes it), or llama.cpp's q8_0, the lossy
-# cache people run every day and the yardstick of `fidelity` (lab/evals/fidelity.py)
+# cache people run every day and the yardstick of `fidelity` (backend/tuning/fidelity.py)
 KV_TYPES = {"f16": GGML_TYPE_F16, "q8_0": 8}
 CancelCheck = Callable[[], bool]
 ABORT_POLL_S = 0.02  # an abortable decode asks its `abort` check at most this often (per graph node otherwise)

@@ -87,7 +87,7 @@ def common(args) -> list[str]:
 
 def fidelity_every(args) -> int:
     """Every K-th question of each chosen document, so that each gives about --questions."""
-    from lab.evals.question_files import long_set
+    from backend.tuning.question_files import long_set
 
     docs = [d for d in long_set() if Path(d.name).stem in args.documents.split(",")]
     return max(1, max((len(d.questions) for d in docs), default=1) // max(1, args.questions))

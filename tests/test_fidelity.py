@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from backend.recall.document_questions import questions_dir
-from lab.evals.fidelity import FidelityRun, item_request, parse_setting, reply_nll
+from backend.tuning.fidelity import FidelityRun, item_request, parse_setting, reply_nll
 from lab.evals.nll import token_logprobs
-from lab.evals.question_files import QuestionedDocument, parse_questions
+from backend.tuning.question_files import QuestionedDocument, parse_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = "realqa-gnupg-readme-part1.txt"  # about 1,500 tokens: a bulk of more than 1,024 rows

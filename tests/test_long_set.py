@@ -14,9 +14,9 @@ from backend.errors import DocumentError
 from backend.recall.scoring import claim_right, first_sentence, same_claim
 from backend.stopping import AnswerEnd
 from backend.vocabulary import plain_prompt
-from lab.evals.fidelity import parse_setting
-from lab.evals.fidelity_report import report, summarize
-from lab.evals.question_files import CHOOSE, JUDGE, long_set, long_set_dir, parse_questions
+from backend.tuning.fidelity import parse_setting
+from backend.tuning.fidelity_report import report, summarize
+from backend.tuning.question_files import CHOOSE, JUDGE, long_set, long_set_dir, parse_questions
 
 
 @pytest.fixture(scope="module")

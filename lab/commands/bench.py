@@ -60,7 +60,7 @@ def run(args) -> int:
 
 def run_documents(args) -> int:
     """`bench --half H`: per document, exact's TTFT and the default's, the ratio, and the mean ratio."""
-    from lab.evals.question_files import long_set
+    from backend.tuning.question_files import long_set
     from lab.evals.ttft import run_document_ttft
 
     engine = open_engine(args)

@@ -20,9 +20,9 @@ from backend.errors import DocumentError
 from backend.recall.report import p_value, table
 from backend.user_paths import data_dir
 from lab.commands.common import say
-from lab.evals.fidelity import FidelityRun, parse_setting
-from lab.evals.fidelity_report import WITHIN, YARDSTICK, exact_accuracy, per_document, report
-from lab.evals.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
+from backend.tuning.fidelity import FidelityRun, parse_setting
+from backend.tuning.fidelity_report import WITHIN, YARDSTICK, exact_accuracy, per_document, report
+from backend.tuning.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
 
 
 def default_settings(args) -> list[str]:

@@ -38,7 +38,7 @@ def run_ttft_bench(engine, lengths: list[int], *, split: int | None, tail: int |
     settings (guided:5, guided:6w, ...: fidelity.parse_setting) timed against the same exact runs, a row
     each per length; default `mode` at `split`."""
     from backend.ridgefill.runtime import warm_up
-    from lab.evals.fidelity import parse_setting
+    from backend.tuning.fidelity import parse_setting
 
     variants = {name: parse_setting(name) for name in (settings or [mode])}
     if not settings:
@@ -100,7 +100,7 @@ def run_document_ttft(engine, docs, *, repeats: int = 1, on_progress: Callable[[
     user waits for on that document at its own length."""
     from backend.protocol import MODEL_DEFAULT
     from backend.ridgefill.runtime import warm_up
-    from lab.evals.fidelity import item_request, parse_setting
+    from backend.tuning.fidelity import item_request, parse_setting
 
     exact_engine = exact_engine or engine
     warm_up(engine)

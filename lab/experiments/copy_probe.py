@@ -22,7 +22,7 @@ from app.commands.common import open_engine
 from backend.reply_score import score_after_head
 from backend.ridgefill.maps import load_maps
 from backend.ridgefill.plan import ridgefill_prefill
-from lab.evals.question_files import long_set
+from backend.tuning.question_files import long_set
 
 SPLIT, TAIL = 11, 512
 PROBES, PREFIX, SCORED = 8, 16, 32

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.errors import DocumentError
-from backend.recall.document_questions import questions_dir
+from ..errors import DocumentError
+from ..recall.document_questions import questions_dir
 
 LONG_SET = "long"
 # The half of the long set whose documents choose defaults and splits; the other half judges them

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Callable
 
 
-from backend.completion import complete
-from backend.documents import document_messages
-from backend.errors import Cancelled, DocumentError, DocumentTooLongError
-from backend.protocol import N_BATCH, RIDGEFILL_MODES, CompletionRequest
-from backend.reply_score import reply_nll
-from backend.recall.prefix_snapshot import PrefixSnapshots, shared_rows
-from backend.recall.run import append_result, load_results
-from backend.recall.scoring import answer_found, claim_right
-from backend.ridgefill.defaults import tail_or_default
-from lab.evals.question_files import QuestionedDocument
+from ..completion import complete
+from ..documents import document_messages
+from ..errors import Cancelled, DocumentError, DocumentTooLongError
+from ..protocol import N_BATCH, RIDGEFILL_MODES, CompletionRequest
+from ..reply_score import reply_nll
+from ..recall.prefix_snapshot import PrefixSnapshots, shared_rows
+from ..recall.run import append_result, load_results
+from ..recall.scoring import answer_found, claim_right
+from ..ridgefill.defaults import tail_or_default
+from .question_files import QuestionedDocument
 
 MAX_TOKENS = 32  # a short answer's room; the same for every setting
 EXACT = "off"

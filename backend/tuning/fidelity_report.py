@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.recall.scoring import same_claim
-from backend.recall.stats import bootstrap_ci, paired_table
+from ..recall.scoring import same_claim
+from ..recall.stats import bootstrap_ci, paired_table
 
 EXACT = "off"
 LENGTHS = ((4096, "≤4K"), (8192, "4-8K"), (16384, "8-16K"), (32768, "16-32K"))
