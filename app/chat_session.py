@@ -14,10 +14,10 @@ UNTITLED = Conversation().title  # a conversation keeps this title until its fir
 TITLE_CHARS = 40  # a title taken from the first question
 
 
-def history(conv: Conversation, question: str) -> list[ChatMessage]:
-    """The chat so far plus `question`; the documents go into the first user turn. Answers that are
-    empty or were cut off are left out, and so is an unanswered user turn, so the turns alternate; notes
-    (a document added or removed) are the app's, not the model's."""
+def history(conv: Conversation, question: str, frame_documents: bool = True) -> list[ChatMessage]:
+    """The chat so far plus `question`; the documents go into the first user turn (unless not
+    `frame_documents`). Answers that are empty or were cut off are left out, and so is an unanswered user
+    turn, so the turns alternate; notes (a document added or removed) are the app's, not the model's."""
     turns = [(m.role, m.content) for m in conv.messages
              if m.role == "user" or (m.role == "assistant" and m.content.strip() and m.complete)]
     clean: list[tuple[str, str]] = []
@@ -30,7 +30,7 @@ def history(conv: Conversation, question: str) -> list[ChatMessage]:
         clean.pop()
     clean.append(("user", question))
     msgs = [ChatMessage(r, c) for r, c in clean]
-    if conv.documents:
+    if conv.documents and frame_documents:
         msgs[0] = document_messages(document_texts(conv), msgs[0].content)[0]
     return msgs
 
@@ -41,12 +41,14 @@ def document_texts(conv: Conversation) -> list[DocumentText]:
 
 
 def build_request(conv: Conversation, question: str, *, mode: str, split: int | None = None,
-                  tail: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS, **over) -> CompletionRequest:
+                  tail: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS, frame_documents: bool = True,
+                  **over) -> CompletionRequest:
     """The request that asks `question` next; split and tail only with RidgeFill on. `over` sets any other
     CompletionRequest field (reuse_prefix=False for a compare run). The documents go with it: the answer
-    comes with its sources."""
+    comes with its sources. Not `frame_documents`: the first turn holds no document text (a CountRequest
+    with documents_apart, framed by the engine child: nothing here copies a large document)."""
     on = mode != "off"
-    req = CompletionRequest(messages=history(conv, question), max_tokens=max_tokens, mode=mode,
+    req = CompletionRequest(messages=history(conv, question, frame_documents), max_tokens=max_tokens, mode=mode,
                             split=split if on else None, tail=tail if on else None,
                             documents=document_texts(conv) or None)
     for k, v in over.items():

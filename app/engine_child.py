@@ -64,7 +64,7 @@ def _cache_clear(engine, payload, on_event, cancel, *, prompt_cache=None) -> int
 def _count(engine, req: CountRequest, on_event, cancel) -> CountResult:
     from backend.errors import DocumentTooLongError
 
-    tokens = engine.prompt_tokens(req.request)
+    tokens = engine.prompt_tokens(req.framed())
     reserve = engine.answer_reserve(req.request.max_tokens)
     try:
         engine.check_fits(len(tokens), req.request.max_tokens)

@@ -13,7 +13,7 @@ recall rows) may come before it.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Union
 
@@ -82,6 +82,19 @@ class CountRequest:
     """Count the prompt tokens of a request and say whether it fits (before sending it)."""
 
     request: CompletionRequest
+    # True: request.messages[0] holds no document text; the engine child frames request.documents into it
+    # (framed()), so the GUI thread never copies a large document's text to ask for a count
+    documents_apart: bool = False
+
+    def framed(self) -> CompletionRequest:
+        """The request as counted: its documents in its first user turn, as chat_session.history puts them."""
+        req = self.request
+        if not self.documents_apart or not req.documents or not req.messages:
+            return req
+        from backend.documents import document_messages  # the readers are not needed to parse a task
+
+        first = document_messages(req.documents, req.messages[0].content)[0]
+        return replace(req, messages=[first, *req.messages[1:]])
 
 
 @dataclass

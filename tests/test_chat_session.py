@@ -167,3 +167,33 @@ def test_a_message_with_a_field_from_another_version_loads_and_keeps_it(tmp_path
     saved = json.loads((tmp_path / "new1.json").read_text(encoding="utf-8"))["messages"]
     assert (saved[0]["reaction"], saved[0]["extra"], saved[1]["model"]) == ("👍", [1], "gemma")
     assert saved[2]["content"] == "again" and "extra" not in saved[2]
+
+
+class CharCounter:
+    """An engine that counts a request's characters as its tokens (what _count asks of a real one)."""
+    n_ctx_max = 10_000
+
+    def prompt_tokens(self, request):
+        return list("".join(m.role + m.content for m in request.messages))
+
+    def answer_reserve(self, max_tokens):
+        return max_tokens
+
+    def check_fits(self, n, max_tokens):
+        pass
+
+
+def test_a_count_with_the_documents_apart_counts_what_the_answer_sends():
+    from app.engine_child import _count
+    from app.engine_protocol import CountRequest
+
+    conv = Conversation(documents=[Document("a.txt", " Alpha text. "), Document("b.txt", "Beta text.")],
+                        messages=[Message("user", "Who?"), Message("assistant", "Anna.")])
+    full = chat_session.build_request(conv, "When?", mode="off")
+    apart = CountRequest(chat_session.build_request(conv, "When?", mode="off", frame_documents=False),
+                         documents_apart=True)
+    assert "Alpha" not in "".join(m.content for m in apart.request.messages)  # nothing copied to ask
+    assert apart.request.documents == full.documents
+    assert turns(apart.framed().messages) == turns(full.messages)
+    assert _count(CharCounter(), apart, None, None) == _count(CharCounter(), CountRequest(full), None, None)
+    assert CountRequest(full).framed() is full  # a request framed already is counted as it is

@@ -124,6 +124,29 @@ def test_an_answer_streams_with_the_loop_ticking_while_the_chat_is_written_slowl
     assert back.documents[0].text == text
 
 
+def test_the_count_at_an_answers_end_carries_the_documents_apart_from_the_turns(qtbot, tmp_path):
+    from app.engine_protocol import TaskKind
+    from ui.chat_panel import ChatPanel
+    from ui.controls import RidgeFillControls
+    from ui.ttft_chart import TtftChart
+
+    engine = FakeEngine()
+    counts, real_submit = [], engine.submit
+    engine.submit = lambda kind, payload=None, **kw: (
+        counts.append(payload) if kind == TaskKind.COUNT else None) or real_submit(kind, payload, **kw)
+    panel = ChatPanel(engine, ConversationStore(tmp_path / "chats"), RidgeFillControls(), TtftChart())
+    qtbot.addWidget(panel)
+    panel.show()
+    text = SENTENCE * 100
+    assert panel.load_conversation(Conversation(title="doc", documents=[Document("doc.txt", text)]))
+    measure(panel, engine, "What is the daily limit?", tokens=5, every_ms=10)
+    assert not panel.busy() and counts, "the answer's end asked for no count"
+    asked = counts[-1]  # the next prompt's, asked at the answer's end
+    assert asked.documents_apart and SENTENCE not in "".join(m.content for m in asked.request.messages)
+    assert asked.request.documents[0].text is text  # the document goes by reference: its text is not copied
+    assert asked.framed().messages == panel.build_request("?").messages  # framed, it is what an answer sends
+
+
 def test_a_streamed_answer_grows_by_appending_and_stays_wrapped_and_selectable(qtbot, monkeypatch):
     from PySide6.QtCore import Qt
 

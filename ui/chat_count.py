@@ -30,7 +30,9 @@ class ChatCount:
         question = self.input.toPlainText().strip() or "?"
         if self._task_count is not None:
             self._task_count.cancel()  # stale: a count still queued never runs
-        h = self.service.submit(TaskKind.COUNT, CountRequest(self.build_request(question)), owner=self,
+        # The documents go apart from the turns: framing a large one copies its text (seconds at 300 MB).
+        asked = CountRequest(self.build_request(question, frame_documents=False), documents_apart=True)
+        h = self.service.submit(TaskKind.COUNT, asked, owner=self,
                                 on_done=lambda res: self._count_over(h, res),
                                 on_failed=lambda _type, _msg: self._count_over(h, None),
                                 on_cancelled=lambda _msg: self._count_over(h, None))
