@@ -20,6 +20,14 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def time_left(elapsed_s: float, done: int, total: int) -> float | None:
+    """The seconds the rest of `total` steps take at the pace of the `done` ones taken in `elapsed_s`; None
+    before a step is done (no pace yet) or without a total."""
+    if done <= 0 or elapsed_s <= 0 or total <= 0:
+        return None
+    return max(0.0, (total - done) * elapsed_s / done)
+
+
 class Eta:
     """Feed it (stage, done, total); `line()` says how far, how fast, and about how long is left."""
 
@@ -39,11 +47,7 @@ class Eta:
         self.done, self.total = done, total
 
     def seconds_left(self) -> float | None:
-        elapsed = self.clock() - self.t0
-        moved = self.done - self.done0
-        if moved <= 0 or elapsed <= 0 or self.total <= 0:
-            return None
-        return (self.total - self.done) * elapsed / moved
+        return time_left(self.clock() - self.t0, self.done - self.done0, self.total - self.done0)
 
     def line(self) -> str:
         unit = UNITS.get((self.stage or "").split(":")[0], "steps")
