@@ -9,6 +9,7 @@ import time
 
 from app.commands.common import format_timings, open_engine, stderr_progress
 from app.commands.sampling_args import add_sampling_args, sampling_from_args
+from app.model_tuning import untuned_note
 from backend.answers import answers_agree
 from backend.completion import complete
 from backend.documents import document_messages, read_documents
@@ -94,12 +95,16 @@ def run(args) -> int:
         print(json.dumps({"answer": result.text, "finish_reason": result.finish_reason,
                           "prompt_tokens": result.prompt_tokens, "timings": result.timings.as_dict(),
                           "document": document.as_dict(), "sources": [s.as_dict() for s in result.sources],
-                          "check": document.answer_check}))
+                          "check": document.answer_check,
+                          "untuned": "" if args.split is not None else untuned_note(engine.info)}))
         return 0
     print(("" if stream else result.text) + "\n")
     if result.sources:
         print(sources_text(result.sources) + "\n")
     print(format_timings(result.timings))
+    untuned = untuned_row(engine.info, args.split, result.timings.note)
+    if untuned:
+        print(untuned)
     if result.finish_reason == "loop":
         print(f"  {LOOP_NOTE}")
     if document.tokens:
@@ -108,6 +113,13 @@ def run(args) -> int:
     if args.check:
         print("\n" + check_text(document.answer_check, result.timings.mode))
     return 0
+
+
+def untuned_row(info, asked_split: int | None, timings_note: str) -> str:
+    """The timings' row that says this model's split is a guess, where the timings' note does not say it
+    already (it does when RidgeFill ran at the guess); "" for a measured split or one the person chose."""
+    note = "" if asked_split is not None else untuned_note(info)
+    return f"  {'tuning':<20} {note}" if note and note not in timings_note else ""
 
 
 def check_text(check: dict | None, mode: str) -> str:

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.model_tuning import untuned_note_of_file
 from backend.documents import DocumentText
 from backend.protocol import DEFAULT_MAX_TOKENS, MODEL_DEFAULT, MODES, ChatMessage, CompletionRequest, CompletionResult, Timings
 from backend.ridgefill.defaults import DEFAULT_MODE
@@ -389,8 +390,10 @@ def usage_chunk(p: Parsed, rid: str, model: str, created: int, result: Completio
 
 
 def model_card(model_id: str, info) -> dict:
-    """An entry of GET /v1/models, with what a client may want to know about the model."""
+    """An entry of GET /v1/models; meta.untuned, the note, while its split is a guess (read each time: it goes once tuned)."""
+    untuned = untuned_note_of_file(getattr(info, "model_path", None))
     return sendable({"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "ridgefill-desktop",
             "meta": {"name": info.model_name, "architecture": info.architecture, "n_layer": info.n_layer,
                      "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "default_split": info.default_split,
-                     "default_tail": info.default_tail, "default_mode": getattr(info, "default_mode", DEFAULT_MODE)}})
+                     "default_tail": info.default_tail, "default_mode": getattr(info, "default_mode", DEFAULT_MODE),
+                     **({"untuned": untuned} if untuned else {})}})
