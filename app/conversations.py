@@ -1,6 +1,6 @@
 """Conversations and their documents, one JSON file each in the user data dir; a document's text is in a
 side file of its own (documents/<key>.txt), written once, which the chat file names (files from before
-hold the text inline and still load).
+hold the text inline and still load), and removed by the writer thread once no chat names it (app/side_files.py).
 
 Each change is written atomically (temp file + os.replace), so a crash of the app or the engine mid-answer
 loses at most the tokens since the last write, never the file. The window hands the store a snapshot
@@ -13,7 +13,6 @@ import logging
 import math
 import re
 import time
-import os
 import uuid
 from dataclasses import InitVar, asdict, dataclass, field, replace
 from pathlib import Path
@@ -22,8 +21,9 @@ from typing import Callable
 from filelock import FileLock
 
 from app.conversation_writer import CoalescingWriter
+from app.side_files import TEXT_FILE, named_in, remove_unnamed, write_once
 from backend.json_file import parse_object, set_aside, write_private
-from backend.private_files import open_private, private_dir
+from backend.private_files import private_dir
 from backend.user_paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,6 @@ Conversation.document = property(_first_document, _only_document)
 
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the id names the file: no path, nothing hidden
-_TEXT_FILE = re.compile(r"[0-9a-f]{32}\.txt")  # a side file's name: inside documents/, never a path
 _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timings": (dict, type(None)),
                   "exact": (dict, type(None)), "note": (str,), "sources": (list, type(None)),
                   "exact_spans": (list, type(None)), "check": (dict, type(None))}
@@ -127,7 +126,7 @@ _MESSAGE_TYPES = {"role": (str,), "content": (str,), "complete": (bool,), "timin
 def _is_document(doc) -> bool:
     return (isinstance(doc, dict) and isinstance(doc.get("name"), str)
             and (isinstance(doc.get("text"), str)
-                 or isinstance(doc.get("text_file"), str) and bool(_TEXT_FILE.fullmatch(doc["text_file"])))
+                 or isinstance(doc.get("text_file"), str) and bool(TEXT_FILE.fullmatch(doc["text_file"])))
             and isinstance(doc.get("path", ""), str) and isinstance(doc.get("page_starts", []), list)
             and all(isinstance(x, int) and not isinstance(x, bool) for x in doc.get("page_starts", [])))
 
@@ -181,9 +180,6 @@ def _json_text(obj: dict) -> str:
     return text
 
 
-TEXT_CHUNK = 1 << 20  # a side file is encoded this many characters at a time: the GIL is let go between
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """A conversation as it is to be written, copied on the thread that changes it: the writer thread reads
@@ -235,24 +231,6 @@ def apply_written(conv: Conversation, snap: Snapshot, written: Written) -> bool:
     return True
 
 
-def _write_text_once(path: Path, text: str) -> None:
-    """The side file of a document's text, written whole (temp + rename) unless it is there: it never changes."""
-    if path.exists():
-        return
-    private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open_private(tmp, "wb") as f:
-            for i in range(0, len(text), TEXT_CHUNK):  # lone surrogates (a document's bytes) round-trip
-                f.write(text[i:i + TEXT_CHUNK].encode("utf-8", "surrogatepass"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 class ConversationStore:
     def __init__(self, folder: Path | None = None):
         self.folder = Path(folder) if folder else data_dir() / "conversations"
@@ -262,7 +240,8 @@ class ConversationStore:
         self._copies: dict[tuple[str, str], Written] = {}  # (lineage, id): the copy its saves go to
         # one writer thread per store; a conversation's latest snapshot wins (keys: (id, lineage)). Through
         # a lambda: a test that replaces store.write (a full disk) replaces what the thread calls too.
-        self._writer = CoalescingWriter(lambda snap: self.write(snap), name="conversation writer")
+        self._writer = CoalescingWriter(lambda item: self.write(item) if isinstance(item, Snapshot) else item(),
+                                        name="conversation writer")
 
     def file_of(self, conv_id: str) -> Path:
         return self.folder / f"{conv_id}.json"
@@ -291,8 +270,8 @@ class ConversationStore:
         since this copy was read or saved, this copy is saved as a new conversation beside it instead
         ("… (copy)"): both are kept, neither overwrites the other."""
         for _name, text_file, _pages, _path, text in snap.documents:
-            _write_text_once(self.documents / text_file, text)
-        with FileLock(self.folder / ".lock", mode=0o600, timeout=LOCK_TIMEOUT_S):
+            write_once(self.documents / text_file, text)
+        with self._lock():
             copy = self._copies.get((snap.lineage, snap.id))
             if copy is not None:  # saved as a copy before the window heard of it: its saves go there
                 snap = replace(snap, id=copy.id, title=copy.title)
@@ -302,10 +281,39 @@ class ConversationStore:
                 old = snap.id
                 snap = replace(snap, id=uuid.uuid4().hex[:12], title=f"{snap.title} (copy)")
                 self._copies[(snap.lineage, old)] = Written(snap.id, snap.title, None)
+            named_before = named_in(self.file_of(snap.id))
+            for _name, text_file, _pages, _path, text in snap.documents:  # removed by a cleanup since: again
+                write_once(self.documents / text_file, text)
             write_private(self.file_of(snap.id), snap.chat_text())
             stamp = _stamp(self.file_of(snap.id))
             self._written[snap.id] = (snap.lineage, stamp)
+            remove_unnamed(self.folder, self.documents, named_before - {d[1] for d in snap.documents})
         return Written(snap.id, snap.title, stamp)
+
+    def _lock(self) -> FileLock:
+        """The chat folder's lock, held by every process's store while it writes a chat or removes a side file."""
+        return FileLock(self.folder / ".lock", mode=0o600, timeout=LOCK_TIMEOUT_S)
+
+    def delete_later(self, conv_id: str, done=None) -> None:
+        """Remove chat `conv_id` and the side files no other chat names, on the writer thread, after the
+        snapshots handed to it before. done(conv_id, removed side files | None, error | None) on that thread."""
+        told = None if done is None else lambda _job, removed, error: done(conv_id, removed, error)
+        self._writer.put(("delete", conv_id), lambda: self._delete(conv_id), told)
+
+    def remove_unused_later(self) -> None:
+        """Remove, on the writer thread, every side file no chat file names (a chat deleted by hand, a crash)."""
+        self._writer.put(("unused",), self._remove_unused)
+
+    def _delete(self, conv_id: str) -> list[str]:
+        with self._lock():
+            named = named_in(self.file_of(conv_id))
+            self.file_of(conv_id).unlink(missing_ok=True)
+            self._written.pop(conv_id, None)
+            return remove_unnamed(self.folder, self.documents, named)
+
+    def _remove_unused(self) -> list[str]:
+        with self._lock():
+            return remove_unnamed(self.folder, self.documents)
 
     def read_text(self, text_file: str) -> str:
         """A document's text from its side file (OSError when it is missing)."""

@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         if self.settings.first_start:  # the embedded models are for trying the app: show what it recommends
             self.tabs.setCurrentWidget(self.models)
         self._summaries = {s.id: s for s in self.store.summaries()}
+        self.store.remove_unused_later()  # the documents of chats deleted while the app was closed
         for summary in sorted(self._summaries.values(), key=lambda s: s.updated, reverse=True):
             try:  # the latest chat that can be read
                 if self.chat.load_conversation(self.store.load(summary.id)):
