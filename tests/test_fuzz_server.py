@@ -34,4 +34,4 @@ def test_the_long_run_command_counts_inputs_and_crashes(capsys):
 
     assert run_cli(["fuzz-server", "--examples", "50"]) == 0
     out = capsys.readouterr().out
-    assert "50 inputs" in out and "0 crashes" in out and "peak memory" in out
+    assert "50 inputs" in out and "0 findings" in out and "peak RSS" in out

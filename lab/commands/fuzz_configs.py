@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import signal
-import sys
-import tempfile
 import time
 from dataclasses import fields
 from pathlib import Path
 
-from lab.commands.fuzz_readers import INPUT_S, OutOfTime, _hang, finding_key, peak_rss_mb
+from lab.fuzz_report import add_options, hypothesis_missing, report
+from lab.fuzz_run import run_inputs
 
 CONFIGS = ("settings", "servers", "models")
 SETTINGS = {"threads": 2, "n_ctx": 512, "max_tokens": 256, "model_path": "/m.gguf", "hub_token": "t", "split": 3,
@@ -178,78 +175,26 @@ CHECKS = {"settings": check_settings, "servers": check_servers, "models": check_
 
 def run_config(name: str, examples: int, seed: int, minutes: float = 0, batch: int = 8) -> dict:
     """`examples` files for one config (fewer when `minutes` run out): the outcomes and findings counted."""
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strategies as st
-
-    stats = {"inputs": 0, "outcomes": {}, "findings": {}, "slowest_s": 0.0}
-    work = Path(tempfile.mkdtemp(prefix=f"ridgefill-fuzz-{name}-"))
-    deadline = time.monotonic() + minutes * 60 if minutes else math.inf
-
-    def one(data: bytes) -> None:
-        started = time.perf_counter()
-        try:
-            signal.setitimer(signal.ITIMER_PROF, INPUT_S)
-            outcome = CHECKS[name](data, work)
-        except Exception as exc:  # a finding: counted with its input, the run goes on
-            found = stats["findings"].setdefault(finding_key(exc), {"count": 0, "message": str(exc)[:200],
-                                                                    "input": repr(data)[:300]})
-            found["count"] += 1
-            outcome = "finding"
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            for p in work.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        stats["inputs"] += 1
-        stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
-        stats["slowest_s"] = max(stats["slowest_s"], time.perf_counter() - started)
-
-    @hseed(seed)
-    @settings(max_examples=-(-examples // batch), database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(st.lists(strategies()[name], min_size=batch, max_size=batch))
-    def some(inputs) -> None:
-        for data in inputs[:examples - stats["inputs"]]:
-            if time.monotonic() > deadline:
-                raise OutOfTime
-            one(data)
-
-    previous = signal.signal(signal.SIGPROF, _hang)
-    try:
-        some()
-    except OutOfTime:
-        stats["out_of_time"] = True
-    finally:
-        signal.signal(signal.SIGPROF, previous)
-        shutil.rmtree(work, ignore_errors=True)
-    return stats
+    return run_inputs(name, strategies()[name], CHECKS[name], examples, seed, minutes, batch=batch, unique=False)
 
 
 def register(sub) -> None:
     p = sub.add_parser("fuzz-configs", help="fuzz the config files (settings, servers, model list) (needs hypothesis)")
-    p.add_argument("--examples", type=int, default=1000, help="files per config (default 1000)")
+    add_options(p, 1000, "files per config")
     p.add_argument("--config", action="append", choices=CONFIGS, help="only this config (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (the same seed gives the same files)")
-    p.add_argument("--minutes", type=float, default=0, help="stop each config after this long (default: no limit)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Exit 0 when every file loaded as its values or the defaults and nothing raised."""
-    import importlib.util
     import logging
 
-    if importlib.util.find_spec("hypothesis") is None:
-        return print("error: fuzz-configs needs hypothesis: pip install -e '.[test]'", file=sys.stderr) or 2
+    if hypothesis_missing("fuzz-configs"):
+        return 2
     logging.disable(logging.WARNING)  # every file set aside logs a warning: thousands of lines otherwise
     findings = 0
     for name in args.config or CONFIGS:
         started = time.perf_counter()
         stats = run_config(name, args.examples, args.seed, args.minutes)
-        n = sum(f["count"] for f in stats["findings"].values())
-        findings += n
-        outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(stats["outcomes"].items()))
-        print(f"{name}: {stats['inputs']:,} files in {time.perf_counter() - started:,.0f} s (seed {args.seed}; "
-              f"{outcomes}); {n:,} findings; slowest {stats['slowest_s'] * 1000:,.0f} ms; peak RSS "
-              f"{peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""), flush=True)
-        for key, f in stats["findings"].items():
-            print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
+        findings += report(name, stats, time.perf_counter() - started, args.seed, unit="files")
     return 1 if findings else 0

@@ -8,20 +8,19 @@ import json
 import math
 import resource
 import struct
-import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 from lab.commands.fuzz_checks import CHECKS, TUNED_MODEL
+from lab.fuzz_report import add_options, hypothesis_missing, report
+from lab.fuzz_run import INPUT_S, run_inputs
 
 GGUF_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"), "u32": (4, "<I"),
               "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "u64": (10, "<Q"), "i64": (11, "<q"),
               "f64": (12, "<d")}
 STRING, ARRAY = 8, 9
 EDGES = [0, 1, 2, 3, 4, 5, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
-INPUT_S = 10  # an input past this many CPU seconds is a Hang (CPU: a loaded machine's pauses are not hangs)
 
 
 # --- GGUF bytes ---------------------------------------------------------------------------------
@@ -212,102 +211,19 @@ MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2
                      "files": {"layer_003.safetensors": "0" * 64}}
 
 
-# --- what stops a reader ----------------------------------------------------------------------------
-
-class Hang(Exception):
-    """An input past its CPU seconds (raised inside the reader by SIGPROF): a finding."""
-
-
-class OutOfTime(BaseException):
-    """The reader's time budget is spent (a BaseException: Hypothesis stops at once, as for Ctrl-C)."""
-
-
 # --- the run --------------------------------------------------------------------------------------
-
-def finding_key(exc: BaseException) -> str:
-    """An exception's type and the deepest frame in this project's code (where to fix it)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/backend/" in f.filename or "/app/" in f.filename]
-    where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} {frames[-1].name}" if frames else "?"
-    return f"{type(exc).__name__} at {where}"
-
 
 def run_reader(name: str, examples: int, seeds: list[bytes], seed: int = 0, minutes: float = 0,
                input_s: float = INPUT_S, batch: int = 1, progress_s: float = 0) -> dict:
-    """`examples` inputs to one reader (fewer if `minutes` run out); a finding (a Hang too) is counted, never a stop.
-    `batch`: inputs per Hypothesis example (its engine's bookkeeping per example, a third of a long run's time, is
-    shared by them); `progress_s`: print the count this often (0: never)."""
-    import shutil
-    import signal
-
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strategies as st
-
-    stats = {"inputs": 0, "outcomes": {}, "findings": {}, "slowest_s": 0.0}
-    seen: set[int] = set()  # the inputs' hashes: how many were distinct (batches may repeat one)
-    work = Path(tempfile.mkdtemp(prefix=f"ridgefill-fuzz-{name}-"))
-    check = CHECKS[name]
-    started_at = shown = time.monotonic()
-    deadline = started_at + minutes * 60 if minutes else math.inf
-
-    def one(data) -> None:
-        started = time.perf_counter()
-        try:
-            signal.setitimer(signal.ITIMER_PROF, input_s)
-            outcome = check(data, work)
-        except Exception as exc:  # a finding: recorded with its input, the run goes on
-            found = stats["findings"].setdefault(finding_key(exc), {"count": 0, "message": str(exc)[:200],
-                                                                    "input": repr(data)[:300]})
-            found["count"] += 1
-            outcome = "finding"
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            for p in work.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        stats["inputs"] += 1
-        seen.add(hash(data))
-        stats["outcomes"][outcome] = stats["outcomes"].get(outcome, 0) + 1
-        stats["slowest_s"] = max(stats["slowest_s"], time.perf_counter() - started)
-
-    @hseed(seed)
-    @settings(max_examples=-(-examples // batch), database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(st.lists(strategies(seeds)[name], min_size=batch, max_size=batch, unique=True))
-    def some(inputs) -> None:
-        nonlocal shown
-        for data in inputs[:examples - stats["inputs"]]:
-            if time.monotonic() > deadline:
-                raise OutOfTime
-            one(data)
-        if progress_s and time.monotonic() - shown > progress_s:
-            shown = time.monotonic()
-            print(f"  {name}: {stats['inputs']:,} inputs after {(shown - started_at) / 60:,.1f} min, "
-                  f"{sum(f['count'] for f in stats['findings'].values())} findings, peak RSS {peak_rss_mb():,.0f} MB",
-                  flush=True)
-
-    previous = signal.signal(signal.SIGPROF, _hang)
-    try:
-        some()
-    except OutOfTime:
-        stats["out_of_time"] = True
-    finally:
-        signal.signal(signal.SIGPROF, previous)
-        shutil.rmtree(work, ignore_errors=True)
-    return {**stats, "distinct": len(seen)}
-
-
-def _hang(signum, frame):
-    raise Hang("still running after its time limit")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+    """`examples` inputs to one reader (lab/fuzz_run.run_inputs: a finding, a Hang too, is counted, never a stop)."""
+    return run_inputs(name, strategies(seeds)[name], CHECKS[name], examples, seed, minutes, input_s, batch,
+                      progress_s)
 
 
 def register(sub) -> None:
     p = sub.add_parser("fuzz-readers", help="fuzz every file reader with hostile and damaged files (needs hypothesis)")
-    p.add_argument("--examples", type=int, default=1000, help="inputs per reader (default 1000)")
+    add_options(p, 1000, "inputs per reader")
     p.add_argument("--reader", action="append", choices=sorted(CHECKS), help="only this reader (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="Hypothesis seed (the same seed gives the same inputs)")
-    p.add_argument("--minutes", type=float, default=0, help="stop each reader after this long (default: no limit)")
     p.add_argument("--memory-gb", type=float, default=4, help="heap cap: past it, a MemoryError finding (default 4)")
     p.add_argument("--batch", type=int, default=8, help="inputs per Hypothesis example (default 8: a third faster)")
     p.add_argument("--progress-minutes", type=float, default=0, help="print the count this often (default: never)")
@@ -315,12 +231,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Exit 0 when no reader raised anything but its documented errors."""
-    import importlib.util
+    """Exit 0 when no reader raised anything but its documented errors (a hang: over INPUT_S s of CPU)."""
     import logging
 
-    if importlib.util.find_spec("hypothesis") is None:
-        return print("error: fuzz-readers needs hypothesis: pip install -e '.[test]'", file=sys.stderr) or 2
+    if hypothesis_missing("fuzz-readers"):
+        return 2
     logging.disable(logging.WARNING)  # every set-aside file logs a warning: thousands of lines otherwise
     resource.setrlimit(resource.RLIMIT_DATA, (int(args.memory_gb * 2**30), resource.getrlimit(resource.RLIMIT_DATA)[1]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -330,13 +245,5 @@ def run(args) -> int:
         started = time.perf_counter()
         stats = run_reader(name, args.examples, seeds, args.seed, args.minutes, batch=max(1, args.batch),
                            progress_s=args.progress_minutes * 60)
-        findings += sum(f["count"] for f in stats["findings"].values())
-        outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(stats["outcomes"].items()))
-        print(f"{name}: {stats['inputs']:,} inputs ({stats['distinct']:,} distinct) in "
-              f"{time.perf_counter() - started:,.0f} s ({outcomes}); "
-              f"{sum(f['count'] for f in stats['findings'].values()):,} unhandled exceptions; "
-              f"slowest input {stats['slowest_s'] * 1000:,.0f} ms (a hang: over {INPUT_S} s of CPU); peak RSS so far "
-              f"{peak_rss_mb():,.0f} MB" + ("; stopped at the time limit" if "out_of_time" in stats else ""), flush=True)
-        for key, f in stats["findings"].items():
-            print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
+        findings += report(name, stats, time.perf_counter() - started, args.seed)
     return 1 if findings else 0

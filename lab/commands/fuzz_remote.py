@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import socketserver
 import sys
 import threading
 import time
-import traceback
 from http.server import BaseHTTPRequestHandler
+
+from lab.fuzz_report import add_options, count, finding, hypothesis_missing, new_stats, report
 
 HANG_S = 20.0  # an input whose question has not ended by then is a hang (the client's read timeout is 1 s)
 READ_TIMEOUT_S = 1.0
@@ -193,25 +193,16 @@ class TimeUp(Exception):
 
 def register(sub) -> None:
     p = sub.add_parser("fuzz-remote", help="fuzz the remote client against a loopback server answering at random")
-    add_arguments(p)
+    add_options(p, 100_000)
     p.set_defaults(func=run)
 
 
-def add_arguments(p) -> None:
-    p.add_argument("--examples", type=int, default=100_000, help="inputs to try (default 100,000)")
-    p.add_argument("--seed", type=int, default=0, help="Hypothesis' random seed (default 0)")
-    p.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0: no limit)")
-
-
 def run(args) -> int:
-    try:
-        from hypothesis import HealthCheck, Phase, given, seed, settings
-    except ImportError:
-        print("error: fuzz-remote needs Hypothesis: pip install hypothesis (the test extras have it).",
-              file=sys.stderr)
+    if hypothesis_missing("fuzz-remote"):
         return 2
-    counts = {"inputs": 0, "answer": 0, "refused": 0, "findings": 0}
-    findings: dict[str, dict] = {}
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    stats = new_stats()
     server, t0 = FuzzServer(), time.perf_counter()
     deadline = t0 + args.minutes * 60 if args.minutes else float("inf")
 
@@ -222,30 +213,23 @@ def run(args) -> int:
     def one(script: dict) -> None:
         if time.perf_counter() > deadline:
             raise TimeUp  # ends Hypothesis' run (returning would still draw every remaining example)
-        counts["inputs"] += 1
+        started = time.perf_counter()
         try:
-            counts[check(server, script)] += 1
+            outcome = check(server, script)  # "answer", or "refused" with a RemoteError
         except Exception as exc:  # noqa: BLE001 - counted and shown once per kind, the run goes on
-            counts["findings"] += 1
-            findings.setdefault(f"{type(exc).__name__} at {traceback.extract_tb(exc.__traceback__)[-1].name}: "
-                                f"{str(exc)[:200]}", script)
+            outcome = finding(stats, exc, script)
+        count(stats, outcome, started)
 
     try:
         one()
     except TimeUp:
-        pass
+        stats["out_of_time"] = True
     finally:
         server.stop()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(f"{counts['inputs']:,} inputs in {time.perf_counter() - t0:.0f} s (seed {args.seed}): {counts['answer']:,} "
-          f"answered, {counts['refused']:,} refused with a RemoteError, {counts['findings']:,} findings; peak memory "
-          f"{peak_mb:,.0f} MB")
-    for kind, script in findings.items():
-        print(f"  finding {kind}\n    input: {str(script)[:400]}")
-    return 1 if findings else 0
+    return 1 if report("fuzz-remote", stats, time.perf_counter() - t0, args.seed) else 0
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m lab.commands.fuzz_remote", description=__doc__.split("\n")[0])
-    add_arguments(parser)
+    add_options(parser, 100_000)
     sys.exit(run(parser.parse_args()))

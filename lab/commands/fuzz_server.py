@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import resource
-import sys
 import time
-import traceback
 
 from app.server.schema import MAX_TOKEN_COUNT, ApiError, Defaults, Parsed, decode_body, parse_request
 from backend.sampling import RANGES, numeric_fields
+from lab.fuzz_report import add_options, count, finding, hypothesis_missing, new_stats, report
 
 N_LAYER = 30
 ROLES = ["system", "developer", "user", "assistant"]
@@ -124,41 +122,31 @@ def check(raw: bytes, chat: bool) -> Parsed | ApiError:
 
 def register(sub) -> None:
     p = sub.add_parser("fuzz-server", help="fuzz the server's request bodies against its parser (Hypothesis)")
-    p.add_argument("--examples", type=int, default=100_000, help="inputs to try (default 100,000)")
-    p.add_argument("--seed", type=int, default=0, help="Hypothesis' random seed (default 0)")
+    add_options(p, 100_000, minutes=False)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    try:
-        from hypothesis import HealthCheck, Phase, given, settings, seed
-        from hypothesis import strategies as st
-    except ImportError:
-        print("error: fuzz-server needs Hypothesis: pip install hypothesis (the test extras have it).",
-              file=sys.stderr)
+    if hypothesis_missing("fuzz-server"):
         return 2
+    from hypothesis import HealthCheck, Phase, given, settings, seed
+    from hypothesis import strategies as st
+
     _, raw = strategies()
-    counts = {"inputs": 0, "parsed": 0, "refused_4xx": 0, "crashes": 0}
-    crashes: dict[str, bytes] = {}
+    stats = new_stats()
 
     @seed(args.seed)
     @settings(max_examples=args.examples, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(raw, st.booleans())
     def one(data: bytes, chat: bool) -> None:
-        counts["inputs"] += 1
+        started = time.perf_counter()
         try:
-            counts["parsed" if isinstance(check(data, chat), Parsed) else "refused_4xx"] += 1
+            outcome = "parsed" if isinstance(check(data, chat), Parsed) else "refused with a 4xx"
         except Exception as exc:  # noqa: BLE001 - counted and shown once per kind, the run goes on
-            counts["crashes"] += 1
-            crashes.setdefault(f"{type(exc).__name__} at {traceback.extract_tb(exc.__traceback__)[-1].name}", data)
+            outcome = finding(stats, exc, data)
+        count(stats, outcome, started)
 
     t0 = time.perf_counter()
     one()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(f"{counts['inputs']:,} inputs in {time.perf_counter() - t0:.0f} s: {counts['parsed']:,} parsed, "
-          f"{counts['refused_4xx']:,} refused with a 4xx, {counts['crashes']:,} crashes; peak memory "
-          f"{peak_mb:,.0f} MB")
-    for kind, data in crashes.items():
-        print(f"  crash {kind}: {data[:200]!r}")
-    return 1 if crashes else 0
+    return 1 if report("fuzz-server", stats, time.perf_counter() - t0, args.seed) else 0
