@@ -40,6 +40,8 @@ class Settings:
     compare_exact: bool = False
     generation: dict = field(default_factory=dict)  # model file name -> its Generation section (ui/generation_settings.py)
     prompt_cache_gb: int = DEFAULT_LIMIT_BYTES // 10**9  # the prompt cache on disk at most this size (0: none)
+    # model file names whose tune the user cancelled: it no longer starts by itself for them (ui/maps_tasks.py)
+    auto_tune_off: list = field(default_factory=list)
     first_start = False  # not a field (never saved): load() sets it where no settings file existed
 
     @classmethod
@@ -160,6 +162,8 @@ def _checked(key: str, value, default):
         return value if "\0" not in value else _WRONG  # a NUL in a path or a token is refused by the system
     if isinstance(value, dict):
         return _generation(value)
+    if isinstance(value, list):  # whole or not at all (a list of names without NUL), so a wrong one is said
+        return value if all(isinstance(v, str) and "\0" not in v for v in value) else _WRONG
     return value
 
 

@@ -16,7 +16,7 @@ def test_get_maps_button_fits_and_the_panel_shows_the_set_verified(qtbot, tmp_pa
     w = None
     try:
         wait_ready(qtbot, service, timeout_s=120)
-        w = make_window(qtbot, service, model_path=tiny)
+        w = make_window(qtbot, service, model_path=tiny, auto_tune_off=["tiny-llama.gguf"])  # maps only, no tune after
         w.maps_tasks.capture_tokens = 600  # a small first capture: seconds on a tiny model
         c = w.controls
         c.slider.setValue(2)

@@ -97,6 +97,10 @@ class RidgeFillControls(QGroupBox):
         self.tuned_label = QLabel()
         self.tuned_label.setWordWrap(True)
         self.tuned_label.setVisible(False)
+        self.untuned_label = QLabel()  # while the model's split is a guess (app/model_tuning.py)
+        self.untuned_label.setWordWrap(True)
+        self.untuned_label.setStyleSheet("color: #b26a00")
+        self.untuned_label.setVisible(False)
         self.fit_bar = QProgressBar()
         self.fit_bar.setVisible(False)
         self.fit_cancel = QPushButton("Cancel")
@@ -121,6 +125,7 @@ class RidgeFillControls(QGroupBox):
         lay.addWidget(self.maps_label)
         lay.addWidget(self.maps_reasons)
         lay.addWidget(self.tuned_label)
+        lay.addWidget(self.untuned_label)
         lay.addLayout(buttons)
         lay.addLayout(fit_row)
 
@@ -145,7 +150,8 @@ class RidgeFillControls(QGroupBox):
         self.n_layer = n_layer
         if mode is not None:
             self.mode_box.blockSignals(True)
-            self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
+            if self.mode_box.findData(mode) >= 0:  # "off" (tune chose exact) is not in the box: it stays
+                self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
             self.mode_box.blockSignals(False)
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
@@ -177,6 +183,11 @@ class RidgeFillControls(QGroupBox):
         for w in (self.maps_label, self.maps_reasons, self.get_btn, self.tune_btn):
             w.setVisible(shown)
         self.tuned_label.setVisible(shown and bool(self.tuned_label.text()))
+        self.untuned_label.setVisible(shown and bool(self.untuned_label.text()))
+
+    def showing_remote(self) -> bool:
+        """Whether a server's model is shown (its maps and its tune are the server's, not this machine's)."""
+        return self._local is not None
 
     def _settled(self) -> None:
         if self._local is None:  # a server's split: its maps are the server's, not this machine's to check
@@ -212,9 +223,16 @@ class RidgeFillControls(QGroupBox):
         self.get_btn.setEnabled(status not in ("verified", "warning") and not self.fit_bar.isVisible())
 
     def set_tuned(self, text: str) -> None:
-        """The tuned split's line ("S = 12, chosen: recall 12/12 as exact, 1.4× at 4K"); "" hides it."""
-        self.tuned_label.setText(f"Tuned: {text}" if text else "")
-        self.tuned_label.setVisible(bool(text))
+        """The tuned split's line ("S = 12, chosen: …", or "tuned: exact (…)"); "" hides it."""
+        if text and not text.lower().startswith("tuned"):
+            text = f"Tuned: {text}"
+        self.tuned_label.setText(text[:1].upper() + text[1:])
+        self.tuned_label.setVisible(bool(text) and not self.showing_remote())
+
+    def set_untuned(self, note: str) -> None:
+        """The note that the split is a guess ("untuned: split 20 is a guess …"); "" hides it."""
+        self.untuned_label.setText(note[:1].upper() + note[1:])
+        self.untuned_label.setVisible(bool(note) and not self.showing_remote())
 
     def set_fit_progress(self, done: int, total: int, label: str) -> None:
         self.fit_bar.setVisible(True)

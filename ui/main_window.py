@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.conversations import ConversationStore, Summary
 from app.engine_client import EngineClient
 from app.engine_protocol import EngineReady, EngineSettings, TaskKind
+from app.model_tuning import model_tuning, untuned_note_of_ready
 from app.settings import RunOverrides, Settings
 from backend.embedded_models import embedded_model_path, is_embedded_model
 from backend.errors import ModelFileError
@@ -69,6 +70,8 @@ class MainWindow(QMainWindow):
         """The RidgeFill controls (set from the model file before the first frame) and the three tabs."""
         self.controls = RidgeFillControls()
         self.generation = GenerationSettings(self.settings)  # sampling and answer length, per model
+        self.models = ModelsPanel(self.service, self.settings)
+        self.maps_tasks = MapsTasks(self.service, self.controls, self.models, self.settings, self)  # check, Get maps, Tune
         self.show_model(self.service.settings.model_path)  # the model's real layers and defaults, first frame
         self.chart = TtftChart()
         self.chat = ChatPanel(self.service, self.store, self.controls, self.chart, max_tokens=self.settings.max_tokens)
@@ -77,8 +80,6 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.chat, "Chat")
         self.recall = RecallPanel(self.service, self.controls, self.chat)
         self.tabs.addTab(self.recall, "Recall")
-        self.models = ModelsPanel(self.service, self.settings)
-        self.maps_tasks = MapsTasks(self.service, self.controls, self.models, self)  # check, Get maps, Tune
         self.tabs.addTab(self.models, "Models && maps")
         self.setCentralWidget(self.tabs)
 
@@ -238,9 +239,11 @@ class MainWindow(QMainWindow):
             self.controls.set_model(0, 1, MIN_TAIL, MIN_TAIL, None)
             self.controls.split_label.setText(str(exc))
             self._shown_model = self.controls.model_defaults = None
+            self.maps_tasks.show_tuning("", "")
             return False
         self._apply_model(str(info.path), info.n_layer, default_split(info), default_tail(info),
                           default_mode(info), info.sampling)
+        self.maps_tasks.show_tuning(*model_tuning(info))  # the tuned record, read as the split was
         return True
 
     def _apply_model(self, path: str, n_layer: int, split0: int, tail0: int, mode: str, sampling: tuple) -> None:
@@ -267,8 +270,8 @@ class MainWindow(QMainWindow):
             # not the model the header said (a file replaced meanwhile): the engine's word wins
             self._apply_model(info.model_path, info.n_layer, info.default_split, info.default_tail,
                               info.default_mode, info.sampling)
+            self.maps_tasks.show_tuning(info.tuned, untuned_note_of_ready(info))
         self.engine_label.setText(engine_ready_line(info, is_embedded_model(info.model_path)))
-        self.controls.set_tuned(getattr(info, "tuned", ""))
         self.maps_tasks.check(self.controls.split())
 
     @Slot(object)

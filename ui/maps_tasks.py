@@ -1,11 +1,19 @@
 """The maps' tasks behind the RidgeFill controls: the check of the split the slider shows, Get maps and
-Tune (one long task at a time: both use the engine), with progress, the time left and the outcome."""
+Tune (one long task at a time: both use the engine), with progress, the time left and the outcome.
+
+While the shown model's split is a guess (app/model_tuning.py), the tune starts by itself once its maps
+exist: after Get maps, and at each start until a record exists (the backend resumes the partial results it
+keeps on disk). A tune the user cancels no longer starts by itself for that model (Settings.auto_tune_off);
+"Tune for this model" always runs."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import GetMapsRequest, MapsStatus, MapsStatusRequest, StageNote, TaskKind, TuneDone, TuneRequest
+from app.model_tuning import EXACT_LINE, EXACT_MODE
 from backend.eta import Eta
 from backend.protocol import ProgressEvent
 from ui.controls import RidgeFillControls
@@ -17,12 +25,16 @@ class MapsTasks(QObject):
 
     said = Signal(str)
 
-    def __init__(self, service: EngineClient, controls: RidgeFillControls, models, parent=None):
+    def __init__(self, service: EngineClient, controls: RidgeFillControls, models, settings, parent=None):
         super().__init__(parent)
-        self.service, self.controls, self.models = service, controls, models
+        self.service, self.controls, self.models, self.settings = service, controls, models, settings
         self.check_task: TaskHandle | None = None
         self.long_task: TaskHandle | None = None  # Get maps or Tune
         self._eta = Eta()
+        self._label = ""  # what the progress bar says before the stage ("tuning by itself · ")
+        self.untuned = ""  # the shown model's guess note while its split is a guess (show_tuning writes it)
+        self.auto_tried: set[str] = set()  # models whose tune started by itself this session: once each
+        self._cancel_asked = False  # the user pressed Cancel (not a shutdown's cancel)
         self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
         self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
         controls.split_settled.connect(self.check)
@@ -48,6 +60,8 @@ class MapsTasks(QObject):
         if res is not None:
             if res.split == self.controls.split():
                 self.controls.set_maps_status(res.status, res.reasons)
+            if res.status in ("verified", "warning"):  # at a start: a tune cut short resumes
+                self.tune_by_itself()
         elif error:
             self.controls.set_maps_status("unavailable", [error])
 
@@ -66,29 +80,51 @@ class MapsTasks(QObject):
                                              on_cancelled=self._ended)
 
     @Slot()
-    def tune(self) -> None:
-        """Tune for this model: a few splits measured, the lowest that keeps recall made the default."""
+    def tune(self, by_itself: bool = False) -> None:
+        """Tune for this model: settings measured, the one chosen made the model's default (a record)."""
         if self.long_task is not None:
             return
-        self._start("tuning: measuring candidate splits…")
+        self._start("tuning: measuring candidate settings…", "tuning by itself · " if by_itself else "tuning · ")
         self.long_task = self.service.submit(TaskKind.TUNE, self.tune_request, owner=self, on_event=self._on_event,
                                              on_done=self._tuned, on_failed=lambda _type, message: self._ended(message),
-                                             on_cancelled=self._ended)
+                                             on_cancelled=self._tune_cancelled)
+
+    def tune_by_itself(self) -> None:
+        """The tune, started by itself: while the split of this machine's model is a guess and no long task
+        runs, once a session per model (one that failed waits for the next start or the button), never
+        for a model whose tune the user cancelled."""
+        name = self._model_name()
+        if (self.long_task is not None or not self.untuned or name is None or self.controls.showing_remote()
+                or name in self.settings.auto_tune_off or name in self.auto_tried):
+            return
+        self.auto_tried.add(name)
+        self.tune(by_itself=True)
+
+    def show_tuning(self, tuned_line: str, untuned: str) -> None:
+        """The shown model's tuned line and guess note (app/model_tuning.py), in the panel and for the tune."""
+        self.untuned = untuned
+        self.controls.set_tuned(tuned_line)
+        self.controls.set_untuned(untuned)
+
+    def _model_name(self) -> str | None:
+        info = self.service.info
+        return Path(info.model_path).name if info is not None else None
 
     @Slot()
     def cancel(self) -> None:
         if self.long_task is not None:
+            self._cancel_asked = True
             self.long_task.cancel()  # this task only; a chat answer in progress goes on
 
-    def _start(self, label: str) -> None:
-        self._eta = Eta()
+    def _start(self, label: str, prefix: str = "") -> None:
+        self._eta, self._label, self._cancel_asked = Eta(), prefix, False
         self.controls.maps_reasons.setText("")
-        self.controls.set_fit_progress(0, 1, label)
+        self.controls.set_fit_progress(0, 1, prefix + label)
 
     def _on_event(self, ev) -> None:
-        if isinstance(ev, ProgressEvent):
+        if isinstance(ev, ProgressEvent):  # the stage, done/total and the time left at the stage's pace
             self._eta.update(ev.stage, ev.done, ev.total)
-            self.controls.set_fit_progress(ev.done, ev.total, self._eta.line())
+            self.controls.set_fit_progress(ev.done, ev.total, self._label + self._eta.line())
         elif isinstance(ev, StageNote):
             self.controls.maps_reasons.setText(ev.text)
             self.controls.maps_reasons.setVisible(True)
@@ -99,16 +135,25 @@ class MapsTasks(QObject):
         self.check(self.controls.split())
         self.models.refresh()  # the models panel lists the new set
         self.said.emit(f"Maps for split {res.split}: {res.how}, {res.status} · {res.folder}")
+        self.tune_by_itself()
 
     def _tuned(self, res: TuneDone) -> None:
         self.long_task = None
         self.controls.fit_finished()
-        self.controls.set_tuned(res.summary)
+        exact = res.result.get("mode") == EXACT_MODE  # tune found no RidgeFill setting that keeps the replies
+        self.show_tuning(EXACT_LINE if exact else res.summary, "" if res.record_path else self.untuned)
         if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
             self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
         self.controls.slider.setValue(res.split)
         self.check(res.split)
         self.models.refresh()
+
+    def _tune_cancelled(self, message: str) -> None:
+        name = self._model_name()
+        if self._cancel_asked and name is not None and name not in self.settings.auto_tune_off:
+            self.settings.auto_tune_off = [*self.settings.auto_tune_off, name]  # saved with the settings at quit
+            message += " The tune will not start by itself again for this model; “Tune for this model” runs it."
+        self._ended(message)
 
     def _ended(self, message: str) -> None:
         self.long_task = None
