@@ -4,8 +4,9 @@ A `TaskClient` wraps a Qt-free task source (the engine process of app/engine_pro
 job runner of app/job_runner.py): `submit(kind, payload, on_event=..., on_done=..., on_failed=...,
 on_cancelled=...)` returns a `TaskHandle` whose `cancel()` stops that task and no other (Anki's
 QueryOp: every operation has its own success, failure and progress handlers). A QTimer polls the
-source on the GUI thread, so every callback runs there. A task submitted with `owner=widget` is
-cancelled, and its callbacks dropped, once that widget is deleted.
+source on the GUI thread; the source's poll delivers each message to its app/task_stream.py Task, whose
+TaskHandle runs the callbacks there. A task submitted with `owner=widget` is cancelled, and its callbacks
+dropped, once that widget is deleted.
 
 `EngineClient` adds what concerns the engine as a whole: the signals ready, crashed, fatal and
 busy_changed, and start / restart / shutdown.
@@ -19,8 +20,7 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from app import engine_messages as messages
-from app.engine_messages import Receiver, TaskEnd, kind_of, route
+from app.engine_messages import CANCELLED, DONE, EVENT, FAILED, Receiver, TaskEnd, kind_of, route
 from app.engine_process import EngineProcess
 from app.engine_protocol import (
     DocumentState,
@@ -31,31 +31,55 @@ from app.engine_protocol import (
     EngineStarted,
     TaskEvent,
 )
+from app.task_stream import Task
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 15
 
-PENDING, DONE, FAILED, CANCELLED = "pending", "done", "failed", "cancelled"
-
 
 class TaskHandle:
-    """One submitted task as its submitter sees it: its id, its state, its callbacks, `cancel()`.
+    """One submitted task (app/task_stream.py's Task) as its submitter sees it on the GUI thread: its id,
+    its state, its callbacks, `cancel()`.
 
     Callbacks: on_event(event) any number of times, then exactly one of on_done(result),
-    on_failed(error_type, message) or on_cancelled(message). The state changes before they run.
+    on_failed(error_type, message) or on_cancelled(message). The state changes before they run; none runs
+    once the task's owner widget is deleted (the task is then cancelled at its next event).
     """
 
-    def __init__(self, client: "TaskClient", task_id: int, kind: Any, owner: QObject | None = None):
-        self.id = task_id
-        self.kind = kind
-        self.owner = owner
-        self.state = PENDING
-        self.result: Any = None
-        self.error: tuple[str, str] | None = None  # (error_type, message) of a failed or cancelled task
-        self._client = client
+    def __init__(self, task: Task):
+        self.task = task
         self._callbacks: dict[str, list[Callable]] = {"event": [], "done": [], "failed": [], "cancelled": [],
                                                       "message": []}
+        task.listen(self._on_message)
+
+    @property
+    def id(self) -> int | None:
+        return self.task.id
+
+    @property
+    def kind(self) -> Any:
+        return self.task.kind
+
+    @property
+    def owner(self) -> QObject | None:
+        return self.task.owner
+
+    @property
+    def state(self) -> str:
+        return self.task.state
+
+    @property
+    def result(self) -> Any:
+        return self.task.end.result if self.state == DONE else None
+
+    @property
+    def error(self) -> tuple[str, str] | None:
+        """(error_type, message) of a failed or cancelled task."""
+        state, end = self.state, self.task.end
+        if state == FAILED:
+            return end.error_type, end.message
+        return ("Cancelled", end.message) if state == CANCELLED else None
 
     def connect(self, *, on_event: Callable[[Any], None] | None = None, on_done: Callable[[Any], None] | None = None,
                 on_failed: Callable[[str, str], None] | None = None,
@@ -71,54 +95,51 @@ class TaskHandle:
 
     def cancel(self) -> None:
         """Stop this task at its next check; a task that already ended is left as it is."""
-        if self.state == PENDING:
-            self._client.cancel(self.id)
+        self.task.cancel()
 
     def running(self) -> bool:
-        return self.state == PENDING
+        return self.task.running()
 
     def __repr__(self) -> str:
         kind = getattr(self.kind, "value", self.kind)
         return f"<TaskHandle {self.id} {kind} {self.state}>"
 
-    # -- called by the client --
+    # -- the task's listener (GUI thread: the client's poll delivers) --
     def _owner_gone(self) -> bool:
         return self.owner is not None and not shiboken6.isValid(self.owner)
 
-    def _call(self, name: str, *args) -> None:
+    def _on_message(self, msg) -> None:
         if self._owner_gone():
+            self.task.cancel()  # nobody is left to see it
+            self._callbacks = {k: [] for k in self._callbacks}
             return
+        kind = kind_of(msg)
+        if kind == EVENT:
+            self._call("event", msg.event)
+        elif kind == DONE:
+            self._call("done", msg.result)
+        elif kind == FAILED:
+            self._call("failed", msg.error_type, msg.message)
+        else:
+            self._call("cancelled", msg.message)
+        self._call("message", msg)
+        if kind != EVENT:
+            self._callbacks = {k: [] for k in self._callbacks}  # nothing more will come; free the closures
+
+    def _call(self, name: str, *args) -> None:
         for fn in list(self._callbacks[name]):
             try:
                 fn(*args)
             except Exception:  # noqa: BLE001 - one bad callback must not lose the other messages
                 sys.excepthook(*sys.exc_info())
 
-    def _deliver(self, msg: TaskEvent) -> None:
-        self._call("event", msg.event)
-        self._call("message", msg)
-
-    def _finish(self, msg) -> None:
-        kind = kind_of(msg)
-        if kind == messages.DONE:
-            self.state, self.result = DONE, msg.result
-            self._call("done", msg.result)
-        elif kind == messages.FAILED:
-            self.state, self.error = FAILED, (msg.error_type, msg.message)
-            self._call("failed", msg.error_type, msg.message)
-        else:
-            self.state, self.error = CANCELLED, ("Cancelled", msg.message)
-            self._call("cancelled", msg.message)
-        self._call("message", msg)
-        self._callbacks = {k: [] for k in self._callbacks}  # nothing more will come; free the closures
-
 
 class TaskClient(QObject, Receiver):
-    """Delivers a task source's messages to the handles of the tasks they belong to (GUI thread).
+    """Polls a task source on the GUI thread, so its tasks' handles run their callbacks there.
 
-    The source has submit(kind, payload) -> id, cancel(id) and poll() -> messages (TaskEvent,
-    TaskDone, TaskFailed, TaskCancelled, and the engine's own: app/engine_messages.route calls this client's
-    method for each kind).
+    The source has submit_task(task), cancel(id), poll(on_message=...) and its pending table `tasks`
+    (app/task_stream.py): its poll delivers each task's messages to the Task; this client only keeps the
+    timer running while something is pending and routes the engine's own messages (app/engine_messages.route).
     """
 
     busy_changed = Signal(bool)  # some task of this client is pending / none is
@@ -126,7 +147,6 @@ class TaskClient(QObject, Receiver):
     def __init__(self, source, parent: QObject | None = None, *, poll_ms: int = POLL_MS):
         super().__init__(parent)
         self.source = source
-        self._handles: dict[int, TaskHandle] = {}
         self._timer = QTimer(self)
         self._timer.setInterval(poll_ms)
         self._timer.timeout.connect(self._poll)
@@ -136,61 +156,50 @@ class TaskClient(QObject, Receiver):
                on_failed: Callable[[str, str], None] | None = None,
                on_cancelled: Callable[[str], None] | None = None,
                on_message: Callable[[Any], None] | None = None) -> TaskHandle:
-        tid = self.source.submit(kind, payload)
-        handle = TaskHandle(self, tid, kind, owner)
+        handle = TaskHandle(Task(kind, payload, owner=owner))
         handle.connect(on_event=on_event, on_done=on_done, on_failed=on_failed, on_cancelled=on_cancelled,
                        on_message=on_message)
+        self.submit_task(handle.task)
+        return handle
+
+    def submit_task(self, task: Task) -> Task:
+        """Hand `task` to the source; its messages reach its listeners on the GUI thread."""
         was_busy = self.busy
-        self._handles[tid] = handle
+        self.source.submit_task(task)
         if not was_busy:
             self.busy_changed.emit(True)
         if not self._timer.isActive():
             self._timer.start()
-        return handle
+        return task
 
     def cancel(self, task_id: int) -> None:
         self.source.cancel(task_id)
 
     @property
     def busy(self) -> bool:
-        return bool(self._handles)
+        return self.source.busy
 
-    def pending(self) -> list[TaskHandle]:
-        return list(self._handles.values())
+    def pending(self) -> list[Task]:
+        return list(self.source.tasks)
 
     # -- delivery --
     @Slot()
     def _poll(self) -> None:
-        for msg in self.source.poll():
-            self._deliver(msg)
-        if not self._handles and not self._keep_polling():
+        self.source.poll(on_message=self._route)
+        if not self.busy and not self._keep_polling():
             self._timer.stop()
 
     def _keep_polling(self) -> bool:
         return False
 
-    def _deliver(self, msg) -> None:
+    def _route(self, msg) -> None:
         route(msg, self)
 
     def task_event(self, msg: TaskEvent) -> None:
-        h = self._handles.get(msg.id)
-        if h is None:
-            return
-        if h._owner_gone():
-            self._handles.pop(msg.id)
-            self.source.cancel(msg.id)  # nobody is left to see it
-            self._went_idle_maybe()
-        else:
-            h._deliver(msg)
+        pass  # the source delivered it to its Task already
 
     def task_ended(self, msg: TaskEnd) -> None:
-        h = self._handles.pop(msg.id, None)
-        if h is not None:
-            h._finish(msg)
-            self._went_idle_maybe()
-
-    def _went_idle_maybe(self) -> None:
-        if not self._handles:
+        if not self.busy:
             self.busy_changed.emit(False)
 
 

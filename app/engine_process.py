@@ -4,9 +4,9 @@ drives it by queues; no Qt.
 Why a process: a llama context is not thread-safe, and a crash inside llama.cpp (or a bad pointer write
 by the KV injection) must cost the user an engine restart, not the app or the chat.
 
-`submit` returns a task id, `poll` returns the messages that arrived (never blocking), and a dead child
-is noticed by `poll`: its tasks fail with a clear message and a fresh child starts with the same
-settings. The GUI wraps it in app/engine_client.py; a local server drives it through app/server/gateway.py.
+`submit` returns a task id (`submit_task` takes an app/task_stream.py Task), `poll` delivers the messages
+that arrived to their tasks and returns them (never blocking), and a dead child is noticed by `poll`: its
+tasks fail with a clear message and a fresh child starts with the same settings. The GUI wraps it in app/engine_client.py; a local server drives it through app/server/gateway.py.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import multiprocessing as mp
 import queue
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 from app.engine_child import child_main
-from app.engine_messages import DOCUMENT, EVENT, FATAL, STARTED, is_end, kind_of
+from app.engine_messages import DOCUMENT, ENDS, EVENT, FATAL, STARTED, kind_of
 from app.engine_protocol import (
     PAYLOAD_TYPES,
     CancelTask,
@@ -32,12 +32,14 @@ from app.engine_protocol import (
     TaskKind,
     TaskMessage,
 )
+from app.task_stream import Task, TaskTable
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGES_PER_POLL = 400  # a caller on an event loop stays responsive under a flood of token events
 MAX_RESTARTS = 3  # within RESTART_WINDOW_S; more means the engine cannot run, so stop trying
 RESTART_WINDOW_S = 60.0
+TASK_KINDS = (EVENT,) + ENDS  # a task's messages, delivered to its Task
 FEEDER_JOIN_S = 2.0  # all feeders together: milliseconds when idle, more on a loaded machine; a stuck one costs this at shutdown
 
 
@@ -55,12 +57,12 @@ class EngineProcess:
         self.auto_restart = auto_restart
         self.info: EngineReady | None = None
         self.document = None  # the child's last DocumentState status (backend/idle_work.py)
-        self.pending: dict[int, TaskKind] = {}
+        self.tasks = TaskTable()  # pending: submitted, and their end not yet delivered by a poll
         self._ctx = mp.get_context("spawn")
         self._ids = itertools.count(1)  # never reset: a late message from an old child matches no task
         self._proc = None
         self._tasks = self._events = self._cancels = None
-        self._outbox: list = []  # messages made here (a death, a restart), returned by the next poll
+        self._outbox: list = []  # messages made here (a death, a restart), delivered by the next poll
         self._state = "new"  # new | running | fatal | shut
         self._fatal: EngineFatal | None = None
         self._crash_times: list[float] = []
@@ -100,7 +102,7 @@ class EngineProcess:
         self.info = None
         if proc is not None:
             if proc.is_alive():
-                for tid in self.pending:
+                for tid in self.tasks.ids():
                     self._put(self._cancels, CancelTask(tid))
                 self._put(self._tasks, StopEngine())
                 proc.join(timeout)
@@ -120,7 +122,7 @@ class EngineProcess:
 
     @property
     def busy(self) -> bool:
-        return bool(self.pending)
+        return bool(self.tasks)
 
     @property
     def running(self) -> bool:
@@ -130,30 +132,46 @@ class EngineProcess:
     # -- tasks --
     def submit(self, kind: TaskKind, payload: Any = None) -> int:
         """Queue a task (starting the child if it was never started); returns its id."""
-        kind = TaskKind(kind)
+        return self.submit_task(Task(kind, payload)).id
+
+    def submit_task(self, task: Task) -> Task:
+        """Queue `task` (its kind and payload), bound to its id here; its messages reach it from `poll`."""
+        kind = TaskKind(task.kind)
         want = PAYLOAD_TYPES[kind]
-        if not isinstance(payload, want):
-            raise TypeError(f"a {kind.value} task takes {want}, not {type(payload).__name__}")
+        if not isinstance(task.payload, want):
+            raise TypeError(f"a {kind.value} task takes {want}, not {type(task.payload).__name__}")
         if self._state == "new":
             self.start()
         tid = next(self._ids)
+        task.bind(tid, lambda: self.cancel(tid))
+        self.tasks.add(task)
         if self._state != "running":
             why = self._fatal.message if self._fatal else "the engine is shut down"
             self._outbox.append(TaskFailed(tid, "EngineError", f"The engine is not running: {why}"))
-            return tid
-        self.pending[tid] = kind
-        self._tasks.put(TaskMessage(tid, kind, payload))
-        return tid
+        else:
+            self._tasks.put(TaskMessage(tid, kind, task.payload))
+        return task
 
     def cancel(self, task_id: int) -> None:
         """Stop this task at its next check (or before it starts); other tasks are not touched."""
-        if task_id in self.pending and self._cancels is not None:
+        if task_id in self.tasks and self._cancels is not None:
             self._put(self._cancels, CancelTask(task_id))
 
     # -- messages --
-    def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL) -> list:
-        """The messages that arrived, in order (never blocks). Notices a dead child and restarts it."""
-        out, self._outbox = self._outbox, []
+    def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL, on_message: Callable[[Any], None] | None = None) -> list:
+        """The messages that arrived, in order (never blocks); each task's is delivered to its Task, then each
+        is handed to `on_message`. Notices a dead child and restarts it."""
+        out: list = []
+
+        def hand_out(msgs: list) -> None:
+            for msg in msgs:
+                if kind_of(msg) in TASK_KINDS and not self.tasks.deliver(msg):
+                    continue  # not pending: a late message from an old child, or a second failure
+                out.append(msg)
+                if on_message is not None:
+                    on_message(msg)
+
+        hand_out(self._outbox_taken())
         while len(out) < max_messages and self._events is not None:
             try:
                 msg = self._events.get_nowait()
@@ -168,36 +186,35 @@ class EngineProcess:
             except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: the pipe is out of step
                 self._cut_off(f"a message from it could not be read ({type(exc).__name__})")
                 break
-            out.extend(self._accept(msg))
+            hand_out(self._accept(msg))
         proc = self._proc
         if proc is not None and self._state == "running" and not proc.is_alive():
-            out.extend(self._drain())
+            hand_out(self._drain())
             self._on_death(proc.exitcode)
-            out.extend(self._outbox)
-            self._outbox = []
+            hand_out(self._outbox_taken())
+        return out
+
+    def _outbox_taken(self) -> list:
+        out, self._outbox = self._outbox, []
         return out
 
     def _accept(self, msg) -> list:
-        """Bookkeeping for one message from the child; returns what the caller should see."""
+        """Bookkeeping for one message from the child; returns the messages it stands for (a fatal one: the
+        pending tasks' failures, then itself)."""
         kind = kind_of(msg)
         if kind == STARTED:
             self.info = msg.ready
-            return [msg]
-        if kind == FATAL:
+        elif kind == FATAL:
             self._state = "fatal"  # the child exits by itself; that is not a crash to restart from
             self._fatal = msg
             self._fail_pending(msg.error_type, msg.message)
-            fails, self._outbox = self._outbox, []
-            return fails + [msg]
-        if kind == DOCUMENT:
+            return self._outbox_taken() + [msg]
+        elif kind == DOCUMENT:
             self.document = msg.status
-            return [msg]
-        if kind == EVENT:
-            return [msg] if msg.id in self.pending else []
-        if is_end(msg):
-            return [msg] if self.pending.pop(msg.id, None) is not None else []
-        log.warning("unknown message from the engine process: %r", msg)
-        return []
+        elif kind not in TASK_KINDS:
+            log.warning("unknown message from the engine process: %r", msg)
+            return []
+        return [msg]
 
     def _cut_off(self, why: str) -> None:
         """The child's messages cannot be read any more: end it, so the death below fails its tasks and restarts."""
@@ -219,8 +236,8 @@ class EngineProcess:
             out.extend(self._accept(msg))
 
     def _fail_pending(self, error_type: str, message: str) -> None:
-        pending, self.pending = self.pending, {}
-        self._outbox.extend(TaskFailed(tid, error_type, message) for tid in sorted(pending))
+        """Each pending task's failure, delivered by the next poll (so its reader hears of it on its own thread)."""
+        self._outbox.extend(TaskFailed(tid, error_type, message) for tid in self.tasks.ids())
 
     def _on_death(self, exitcode: int | None) -> None:
         how = f"exit code {exitcode}"

@@ -3,9 +3,10 @@
 For work that is slow but safe off the engine process: hub downloads, hashing map folders, reading the
 catalogue and the disk. `submit(label, fn)` runs `fn(ctx)` on its own daemon thread and returns a job
 id; `fn` reports with `ctx.emit(event)` and checks `ctx.cancelled` between chunks (or registers
-`ctx.on_cancel(callback)`, e.g. a DownloadJob's cancel). `poll()` returns TaskEvent, then exactly one
-of TaskDone, TaskFailed or TaskCancelled per job: the same messages as app/engine_process.py, so the
-GUI's TaskClient (app/engine_client.py) delivers both the same way.
+`ctx.on_cancel(callback)`, e.g. a DownloadJob's cancel). `poll()` delivers to each job's Task
+(app/task_stream.py) and returns TaskEvent, then exactly one of TaskDone, TaskFailed or TaskCancelled per
+job: the same messages as app/engine_process.py, so the GUI's TaskClient (app/engine_client.py) delivers
+both the same way.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 from app.engine_messages import EVENT, kind_of
 from app.engine_protocol import TaskCancelled, TaskDone, TaskEvent, TaskFailed
+from app.task_stream import Task, TaskTable
 from backend.errors import Cancelled
 
 MAX_MESSAGES_PER_POLL = 400
@@ -98,18 +100,26 @@ class JobRunner:
         self._ids = itertools.count(1)
         self._messages: queue.Queue = queue.Queue()
         self._room = Room(MAX_QUEUED_EVENTS)
-        self._jobs: dict[int, tuple[JobContext, threading.Thread]] = {}
+        self.tasks = TaskTable()  # pending: submitted, and their end not yet delivered by a poll
+        self._threads: list[threading.Thread] = []  # the workers that may still run, for shutdown's join
 
     def submit(self, label: str, fn: Callable[[JobContext], Any]) -> int:
+        return self.submit_task(Task(label, fn)).id
+
+    def submit_task(self, task: Task, fn: Callable[[JobContext], Any] | None = None) -> Task:
+        """Run `fn` (by default the task's payload) for `task`, whose kind is its label; bound to its id here."""
+        fn = task.payload if fn is None else fn
         if not callable(fn):
             raise TypeError(f"a job takes a function of its context, not {type(fn).__name__}")
         jid = next(self._ids)
         ctx = JobContext(jid, self._messages.put, self._room)
-        thread = threading.Thread(target=self._run, args=(ctx, fn), name=f"{self.name}-{jid}-{label}"[:60],
+        task.bind(jid, ctx._request_cancel)
+        thread = threading.Thread(target=self._run, args=(ctx, fn), name=f"{self.name}-{jid}-{task.kind}"[:60],
                                   daemon=True)
-        self._jobs[jid] = (ctx, thread)
+        self.tasks.add(task)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
-        return jid
+        return task
 
     def _run(self, ctx: JobContext, fn) -> None:
         try:
@@ -123,15 +133,16 @@ class JobRunner:
             self._messages.put(TaskDone(ctx.id, result))
 
     def cancel(self, job_id: int) -> None:
-        job = self._jobs.get(job_id)
-        if job is not None:
-            job[0]._request_cancel()
+        task = self.tasks.get(job_id)
+        if task is not None:
+            task.cancel()
 
     @property
     def busy(self) -> bool:
-        return bool(self._jobs)
+        return bool(self.tasks)
 
-    def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL) -> list:
+    def poll(self, max_messages: int = MAX_MESSAGES_PER_POLL, on_message: Callable[[Any], None] | None = None) -> list:
+        """The messages that arrived, in order, each delivered to its Task first, then handed to `on_message`."""
         self._room.poller = threading.get_ident()
         out = []
         while len(out) < max_messages:
@@ -141,16 +152,16 @@ class JobRunner:
                 break
             if kind_of(msg) == EVENT:
                 self._room.give_back()
-                if msg.id in self._jobs:
-                    out.append(msg)
-            elif self._jobs.pop(msg.id, None) is not None:
+            if self.tasks.deliver(msg):
                 out.append(msg)
+                if on_message is not None:
+                    on_message(msg)
         return out
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Cancel every job and wait up to `timeout` seconds in all for their threads."""
-        for ctx, _ in self._jobs.values():
-            ctx._request_cancel()
+        for task in self.tasks:
+            task.cancel()
         deadline = time.monotonic() + timeout
-        for _, thread in list(self._jobs.values()):
+        for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -43,6 +43,7 @@ from app.remote_wire import (
     pumped,
     split_credentials,
 )
+from app.task_stream import Task
 from backend.protocol import CompletionRequest, CompletionResult, Timings, TokenEvent
 from backend.sampling import RANDOM_SEED
 
@@ -292,24 +293,36 @@ def explain_status(exc: StatusError, engine: RemoteEngine, where: str, when: str
 
 
 class RemoteSource:
-    """A task source (submit / cancel / poll) whose COMPLETE tasks a RemoteEngine answers on worker threads;
-    other kinds fail with a message saying the server does not do them."""
+    """A task source (submit / cancel / poll, its pending tasks in its runner's table) whose COMPLETE tasks a
+    RemoteEngine answers on worker threads; other kinds fail with a message saying the server does not do them."""
 
     def __init__(self, engine: RemoteEngine):
         self.engine = engine
         self.runner = JobRunner("remote-engine")
 
     def submit(self, kind, payload) -> int:
+        return self.submit_task(Task(kind, payload)).id
+
+    def submit_task(self, task: Task) -> Task:
+        kind, payload = task.kind, task.payload
         if kind == TaskKind.COMPLETE:
-            return self.runner.submit("answer", lambda ctx: self.engine.complete(
+            return self.runner.submit_task(task, lambda ctx: self.engine.complete(
                 payload, on_event=ctx.emit, cancelled=lambda: ctx.cancelled, on_cancel=ctx.on_cancel))
-        return self.runner.submit(str(kind), lambda ctx: _not_remote(kind, self.engine))
+        return self.runner.submit_task(task, lambda ctx: _not_remote(kind, self.engine))
+
+    @property
+    def tasks(self):
+        return self.runner.tasks
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy
 
     def cancel(self, task_id: int) -> None:
         self.runner.cancel(task_id)
 
-    def poll(self) -> list:
-        return self.runner.poll()
+    def poll(self, on_message=None) -> list:
+        return self.runner.poll(on_message=on_message)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.runner.shutdown(timeout)

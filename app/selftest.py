@@ -80,27 +80,32 @@ def check_qt() -> Check:
 def check_engine_process(model: str, threads: int | None, timeout_s: float = 300.0) -> Check:
     """The GUI's engine child process starts, loads the model and answers a ping. In a bundle this
     proves that multiprocessing's spawn re-enters the frozen program correctly (freeze_support)."""
+    from app.engine_messages import CRASHED, DONE, FATAL, STARTED, kind_of
     from app.engine_process import EngineProcess
-    from app.engine_messages import CRASHED, DONE, FAILED, FATAL, STARTED, kind_of
     from app.engine_protocol import EngineSettings, TaskKind
+    from app.task_stream import Task, TaskReader
 
     proc = EngineProcess(EngineSettings(model_path=model, n_ctx=2048, n_threads=threads), auto_restart=False)
     t0 = time.perf_counter()
     ready, failure, pong = None, None, None
+
+    def notice(msg) -> None:  # the engine's own messages; the ping's reach its reader
+        nonlocal ready, failure
+        kind = kind_of(msg)
+        if kind == STARTED:
+            ready = msg.ready
+        elif kind in (FATAL, CRASHED):
+            failure = msg.message
+
     try:
-        ping = proc.submit(TaskKind.PING)
-        while failure is None and pong is None and time.perf_counter() - t0 < timeout_s:
-            for msg in proc.poll():
-                kind = kind_of(msg)
-                if kind == STARTED:
-                    ready = msg.ready
-                elif kind in (FATAL, CRASHED):
-                    failure = msg.message
-                elif kind == DONE and msg.id == ping:
-                    pong = msg.result
-                elif kind == FAILED and msg.id == ping and failure is None:
-                    failure = msg.message
-            time.sleep(0.05)
+        reader = TaskReader(proc.submit_task(Task(TaskKind.PING)))
+        for _msg in reader.messages(pump=lambda: proc.poll(on_message=notice), timeout=timeout_s):
+            pass  # a ping sends no events: its end, or nothing in time
+        end = reader.task.end
+        if end is not None and kind_of(end) == DONE:
+            pong = end.result
+        elif end is not None and failure is None:
+            failure = end.message  # failed or cancelled
     finally:
         proc.shutdown()
     if ready is not None and pong == "pong":

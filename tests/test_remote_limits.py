@@ -263,4 +263,4 @@ def test_the_job_queue_holds_a_bounded_number_of_events():
     deadline = time.monotonic() + 3
     while runner.busy and time.monotonic() < deadline:
         runner.poll()
-    assert not runner.busy and job not in runner._jobs
+    assert not runner.busy and job not in runner.tasks

@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 
 from app.engine_protocol import EngineFatal, EngineSettings, TaskDone, TaskEvent, TaskFailed, TaskKind
 from app.server.api import ApiServer
-from app.server.gateway import Ticket
 from app.server.schema import ApiError, Defaults, decode_body, parse_request
+from app.task_stream import Task as Ticket  # the gateway's task, as the fakes name it
 from backend.protocol import CompletionResult, Timings, TokenEvent
 from backend.sampling import GREEDY, MAX_WINDOW
 

@@ -16,8 +16,8 @@ import pytest
 
 from app.engine_protocol import TaskDone, TaskEvent, TaskKind
 from app.server.api import EngineRun
-from app.server.gateway import Ticket
 from app.server.schema import Defaults, parse_request
+from app.task_stream import Task as Ticket  # the gateway's task, as the fakes name it
 from backend.protocol import CompletionResult, Timings, TokenEvent
 from backend.sampling import GREEDY
 from tests.test_server_hardening import CHAT, FakeGateway

@@ -2,9 +2,9 @@
 engine the window already has.
 
 `QtGateway` lets the server, on its own thread, use the window's EngineClient, which lives on the GUI
-thread: a submit or cancel from the server is carried to the GUI thread by a queued signal, and each
-task's callbacks (run there by the client's poll) hand its messages back to the server. The chat's
-tasks and the server's share the one engine, in arrival order.
+thread: a submit or cancel from the server is carried to the GUI thread by a queued signal, and the
+client's poll delivers each task's messages (app/task_stream.py's Task) to the server's listener there.
+The chat's tasks and the server's share the one engine, and its one pending table, in arrival order.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from app.engine_client import EngineClient
-from app.engine_messages import EVENT, kind_of
 from app.engine_protocol import EngineReady, TaskCancelled, TaskFailed, TaskKind
-from app.server.gateway import Deliver, Ticket, check_payload
+from app.server.gateway import Deliver, check_payload
+from app.task_stream import Task
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,6 @@ class QtGateway(QObject):
     def __init__(self, client: EngineClient, parent: QObject | None = None):
         super().__init__(parent)
         self.client = client
-        self._handles: dict[int, tuple[Any, Ticket]] = {}  # id(ticket) -> (TaskHandle, ticket), GUI thread
         self._problem = "" if client.info is not None else "the model is loading"
         self._fatal = False
         self._closed = False
@@ -62,53 +61,34 @@ class QtGateway(QObject):
     def document(self):
         return self.client.process.document
 
-    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket:
-        ticket = Ticket(check_payload(kind, payload), payload, deliver)
-        self._submit.emit(ticket)
-        return ticket
+    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Task:
+        task = Task(check_payload(kind, payload), payload, deliver, owner=self)
+        self._submit.emit(task)
+        return task
 
-    def cancel(self, ticket: Ticket) -> None:
-        ticket.cancel_requested = True
-        self._cancel.emit(ticket)
+    def cancel(self, task: Task) -> None:
+        self._cancel.emit(task)  # after its submit: one queued connection each, emitted in order
 
     # -- the GUI thread --
     @Slot(object)
-    def _do_submit(self, ticket: Ticket) -> None:
+    def _do_submit(self, task: Task) -> None:
         if self._closed:  # queued before the server stopped: run nothing for nobody
-            ticket.ended = True
-            ticket.deliver(TaskFailed(0, "EngineError", "The server was stopped."))
-            return
-        key = id(ticket)
-
-        def pass_on(msg) -> None:  # the task's messages as they came (app/engine_messages.py routed them)
-            if kind_of(msg) == EVENT:
-                ticket.deliver(msg)
-            elif self._handles.pop(key, None) is not None:  # not abandoned: the server still waits for it
-                ticket.ended = True
-                ticket.deliver(msg)
-
-        h = self.client.submit(ticket.kind, ticket.payload, owner=self, on_message=pass_on)
-        ticket.task_id = h.id
-        if h.running():
-            self._handles[key] = (h, ticket)
-            if ticket.cancel_requested:
-                h.cancel()
+            task.deliver(TaskFailed(0, "EngineError", "The server was stopped."))
+        else:
+            self.client.submit_task(task)
 
     @Slot(object)
-    def _do_cancel(self, ticket: Ticket) -> None:
-        entry = self._handles.get(id(ticket))
-        if entry is not None:
-            entry[0].cancel()
+    def _do_cancel(self, task: Task) -> None:
+        task.cancel()
 
     def abandon_all(self, message: str = "the server was stopped") -> None:
         """Cancel every task of the server and tell the server at once (GUI thread): a stop that waited
         for the engine's answers would wait for this very thread, which delivers them."""
         self._closed = True
-        entries, self._handles = list(self._handles.values()), {}
-        for h, ticket in entries:
-            h.cancel()
-            ticket.ended = True
-            ticket.deliver(TaskCancelled(h.id, message))
+        for task in self.client.pending():
+            if task.owner is self:
+                task.cancel()
+                task.deliver(TaskCancelled(task.id, message))  # its end: what the engine sends later is dropped
 
     @Slot(object)
     def _on_ready(self, _info) -> None:

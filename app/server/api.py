@@ -54,6 +54,7 @@ from app.server.schema import (
     shown,
     usage_chunk,
 )
+from app.task_stream import LoopReader
 from backend.protocol import TokenEvent
 
 log = logging.getLogger(__name__)
@@ -70,45 +71,26 @@ def model_id(info) -> str:
     return Path(info.model_path).stem
 
 
-class EngineRun:
-    """One engine task seen from the event loop: its messages, in order, in an asyncio queue.
+class EngineRun(LoopReader):
+    """One engine task seen from the event loop: its messages, in order, in an asyncio queue (app/task_stream.py's
+    LoopReader listening to the gateway's Task).
 
-    The run lets go of its ticket when the end arrives: run -> ticket -> its deliver -> run is a cycle, and
+    The run lets go of its task when the end arrives: run -> task -> its listener -> run is a cycle, and
     kept, each ended request's prompt waited for the garbage collector (under many large requests some 7 of
-    them were still held: tests/test_server_admission.py). The deliver keeps the run alive until then, so
+    them were still held: tests/test_server_admission.py). The listener keeps the run alive until then, so
     a request whose client left is still counted when it ends."""
 
     def __init__(self, gateway: EngineGateway, kind: TaskKind, payload: Any, on_end=None):
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue = asyncio.Queue()
+        super().__init__(on_end)
         self._gateway = gateway
-        self._on_end = on_end
-        self.end = None  # the TaskDone / TaskFailed / TaskCancelled, once it reached the loop
         self.client_gone = False
         self._cancel_sent = False
-        self.ticket = gateway.submit(kind, payload, self._deliver)
-
-    def _deliver(self, msg) -> None:  # the gateway's thread
-        try:
-            self._loop.call_soon_threadsafe(self._arrived, msg)
-        except RuntimeError:  # the loop is closed: the server stopped, nobody waits for this
-            pass
+        self.ticket = gateway.submit(kind, payload, self.deliver_threadsafe)
 
     def _arrived(self, msg) -> None:  # the loop's thread
         if is_end(msg) and self.end is None:
-            self.end, self.ticket = msg, None  # the cycle through the ticket ends here (see the class)
-            if self._on_end is not None:
-                self._on_end(self)
-        self._queue.put_nowait(msg)
-
-    async def get(self):
-        return await self._queue.get()
-
-    async def result(self):
-        """Wait for the end message (events are dropped)."""
-        while not is_end(msg := await self.get()):
-            pass
-        return msg
+            self.ticket = None  # the cycle through the task ends here (see the class)
+        super()._arrived(msg)
 
     def cancel(self) -> None:
         """Ask the engine to stop the task, once: the disconnect watcher and a closed stream may both ask."""
@@ -300,7 +282,7 @@ class ApiServer:
             pass
         if run.end is None:
             run.client_gone = True
-            log.info("client went away: cancelling engine task %s", run.ticket.task_id)
+            log.info("client went away: cancelling engine task %s", run.ticket.id)
             run.cancel()
 
     async def _failure(self, msg: TaskFailed, p: Parsed) -> ApiError:

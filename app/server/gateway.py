@@ -4,8 +4,9 @@
 an asyncio loop in another. `ProcessGateway` gives the EngineProcess a thread of its own (the pump):
 `submit` and `cancel` only put commands on a queue that the pump carries out, in arrival order, so
 tasks reach the engine child (which serves them one at a time, oldest first) in the order the
-requests came. The pump polls the process and calls each task's `deliver` with its TaskEvents and
-its one TaskDone, TaskFailed or TaskCancelled, on the pump thread.
+requests came. Each request's task is an app/task_stream.py Task, kept pending in the process's own
+table; the pump polls the process, which calls the task's `deliver` with its TaskEvents and its one
+TaskDone, TaskFailed or TaskCancelled, on the pump thread.
 
 The GUI serves the engine it already has through a gateway of its own (ui/serve_switch.py) that
 does the same on the Qt event loop; both have the shape of `EngineGateway`.
@@ -31,6 +32,7 @@ from app.engine_protocol import (
     TaskFailed,
     TaskKind,
 )
+from app.task_stream import Task
 from backend.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -39,20 +41,6 @@ Deliver = Callable[[Any], None]  # called with TaskEvent, then one TaskDone | Ta
 
 BUSY_POLL_S = 0.002  # while tasks run: the longest a token waits in the pump before it is handed on
 IDLE_POLL_S = 0.05  # nothing pending: a submit wakes the pump at once anyway
-
-
-class Ticket:
-    """One submitted task as its submitter holds it. `task_id` is set once the engine has it."""
-
-    __slots__ = ("kind", "payload", "deliver", "task_id", "cancel_requested", "ended")
-
-    def __init__(self, kind: TaskKind, payload: Any, deliver: Deliver):
-        self.kind = kind
-        self.payload = payload
-        self.deliver = deliver
-        self.task_id: int | None = None
-        self.cancel_requested = False
-        self.ended = False
 
 
 class EngineGateway(Protocol):
@@ -70,9 +58,9 @@ class EngineGateway(Protocol):
     @property
     def document(self) -> Any: ...  # the engine's prompt as saved and refined (backend/idle_work.py), or None
 
-    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket: ...
+    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Task: ...  # `deliver` listens to it
 
-    def cancel(self, ticket: Ticket) -> None: ...
+    def cancel(self, task: Task) -> None: ...
 
 
 def check_payload(kind: TaskKind, payload: Any) -> TaskKind:
@@ -93,7 +81,6 @@ class ProcessGateway(Receiver):
         self._wake = threading.Event()
         self._ready = threading.Event()
         self._stop = threading.Event()
-        self._tickets: dict[int, Ticket] = {}
         self._info: EngineReady | None = None
         self._state = "loading"
         self._problem = "the model is loading"
@@ -145,15 +132,14 @@ class ProcessGateway(Receiver):
         return self.process.document
 
     # -- tasks (any thread) --
-    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Ticket:
-        ticket = Ticket(check_payload(kind, payload), payload, deliver)
-        self._commands.put(("submit", ticket))
+    def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Task:
+        task = Task(check_payload(kind, payload), payload, deliver)
+        self._commands.put(("submit", task))
         self._wake.set()
-        return ticket
+        return task
 
-    def cancel(self, ticket: Ticket) -> None:
-        ticket.cancel_requested = True
-        self._commands.put(("cancel", ticket))
+    def cancel(self, task: Task) -> None:
+        self._commands.put(("cancel", task))  # the pump cancels it: the process is driven from there only
         self._wake.set()
 
     # -- the pump thread --
@@ -161,20 +147,17 @@ class ProcessGateway(Receiver):
         try:
             while not self._stop.is_set():
                 self._run_commands()
-                for msg in self.process.poll():
-                    self._dispatch(msg)
-                self._wake.wait(BUSY_POLL_S if self._tickets else IDLE_POLL_S)
+                self.process.poll(on_message=self._route)
+                self._wake.wait(BUSY_POLL_S if self.process.busy else IDLE_POLL_S)
                 self._wake.clear()
         except Exception:  # noqa: BLE001 - a bug here must not leave the server waiting forever
             log.exception("the engine gateway stopped")
             self._state, self._problem = "fatal", "the engine gateway stopped unexpectedly (see the log)"
         finally:
+            self._stop.set()  # from here a submit fails at once, also after a bug stopped the pump
             self.process.shutdown(reason="the server was stopped")
-            for msg in self.process.poll():
-                self._dispatch(msg)
-            self._run_commands()  # submitted while stopping: they fail below
-            for ticket in list(self._tickets.values()):
-                self._end(ticket, TaskFailed(ticket.task_id or 0, "EngineError", "The server was stopped."))
+            self.process.poll(on_message=self._route)  # delivers the pending tasks' failures
+            self._run_commands()  # submitted while stopping: they fail here
             if self._state != "fatal":
                 self._state, self._problem = "stopped", "the server was stopped"
             self._info = None
@@ -183,34 +166,25 @@ class ProcessGateway(Receiver):
     def _run_commands(self) -> None:
         while True:
             try:
-                what, ticket = self._commands.get_nowait()
+                what, task = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if what == "submit":
-                if self._stop.is_set():
-                    self._end(ticket, TaskFailed(0, "EngineError", "The server is stopping."))
-                    continue
-                tid = self.process.submit(ticket.kind, ticket.payload)
-                ticket.task_id = tid
-                self._tickets[tid] = ticket
-                if ticket.cancel_requested:
-                    self.process.cancel(tid)
-            elif ticket.task_id is not None and not ticket.ended:
-                self.process.cancel(ticket.task_id)
+            if what == "cancel":
+                task.cancel()  # after its submit (one queue, in order); an ended task is left as it is
+            elif self._stop.is_set():
+                task.deliver(TaskFailed(0, "EngineError", "The server is stopping."))
+            else:
+                self.process.submit_task(task)
 
-    def _dispatch(self, msg) -> None:
+    def _route(self, msg) -> None:
         route(msg, self)
 
-    # -- app/engine_messages.Receiver --
+    # -- app/engine_messages.Receiver: the process delivered each task's messages to its Task already --
     def task_event(self, msg: TaskEvent) -> None:
-        ticket = self._tickets.get(msg.id)
-        if ticket is not None:
-            self._call(ticket, msg)
+        pass
 
     def task_ended(self, msg: TaskEnd) -> None:
-        ticket = self._tickets.pop(msg.id, None)
-        if ticket is not None:
-            self._end(ticket, msg)
+        pass
 
     def engine_started(self, msg: EngineStarted) -> None:
         self._info, self._state, self._problem = msg.ready, "ready", ""
@@ -223,15 +197,3 @@ class ProcessGateway(Receiver):
     def engine_fatal(self, msg: EngineFatal) -> None:
         self._info, self._state, self._problem = None, "fatal", msg.message
         self._ready.set()
-
-    def _end(self, ticket: Ticket, msg) -> None:
-        self._tickets.pop(ticket.task_id, None)
-        ticket.ended = True
-        self._call(ticket, msg)
-
-    @staticmethod
-    def _call(ticket: Ticket, msg) -> None:
-        try:
-            ticket.deliver(msg)
-        except Exception:  # noqa: BLE001 - one bad receiver must not stop the others' messages
-            log.exception("delivering %s failed", type(msg).__name__)
