@@ -178,7 +178,7 @@ class IdleWork:
 
 def _guard_if_corrected(engine, request, result, check) -> None:
     """A corrected answer about a document sends that document to exact from now on (ridgefill/departures.py)."""
-    from .answer_check import CORRECTED
+    from .answer_check import CORRECTED, WITHIN_NLL
     from .ridgefill.departures import document_key
     from .ridgefill.runtime import runtime
 
@@ -192,5 +192,5 @@ def _guard_if_corrected(engine, request, result, check) -> None:
         log.info("a corrected answer's maps are gone (%s): no guard recorded", exc)
         return
     rt.departures.record(document_key(engine.info.path, t.split, folder, request.documents),
-                         [d.name for d in request.documents], check.dnll)
+                         [d.name for d in request.documents], check.dnll, WITHIN_NLL)
 

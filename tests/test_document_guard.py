@@ -10,6 +10,7 @@ from importlib.resources import files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from backend.answer_check import WITHIN_NLL
 from backend.completion import complete
 from backend.documents import DocumentText
 from backend.idle_work import IdleWork
@@ -45,6 +46,7 @@ def test_a_corrected_answer_sends_its_document_to_exact_from_then_on(engine):  #
 
     plan = plan_prefill(engine, request, len(engine.prompt_tokens(request)))
     assert isinstance(plan, ExactPrefill) and "exact for this document" in plan.note
+    assert f"more than the check's {WITHIN_NLL:g})" in plan.note  # the check's own threshold, given by its caller
     again = complete(engine, request)
     assert again.timings.mode == "off" and "corrected by the check" in again.timings.note
     # after a restart too: the next engine reads the same list
@@ -83,3 +85,11 @@ def test_any_bytes_in_the_list_mean_no_guard_or_an_entry_never_a_crash(tmp_path_
     assert departures.why("0" * 64) is None  # no key of the drawn files is 64 characters long
     departures.record("1" * 64, ["a\ud800.txt"], None)  # a file name no UTF-8 holds: still written
     assert "exact for this document" in Departures(lambda: folder).why("1" * 64)
+
+
+def test_the_note_names_the_threshold_the_entry_was_recorded_with(tmp_path):
+    departures = Departures(lambda: tmp_path)
+    departures.record("2" * 64, ["a.txt"], 0.31, within=0.07)
+    departures.record("3" * 64, ["b.txt"], 0.31)  # an entry written before the threshold was kept with it
+    assert "(ΔNLL +0.31 nats/token, more than the check's 0.07)" in Departures(lambda: tmp_path).why("2" * 64)
+    assert "(ΔNLL +0.31 nats/token)" in Departures(lambda: tmp_path).why("3" * 64)

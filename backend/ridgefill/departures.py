@@ -58,17 +58,19 @@ class Departures:
         entry = self._loaded().get(key)
         if entry is None:
             return None
-        dnll = entry.get("dnll")
-        by = f" (ΔNLL {dnll:+.2f} nats/token, more than the check's 0.05)" if isinstance(dnll, (int, float)) else ""
+        dnll, within = entry.get("dnll"), entry.get("within")
+        beyond = f", more than the check's {within:g}" if isinstance(within, (int, float)) else ""
+        by = f" (ΔNLL {dnll:+.2f} nats/token{beyond})" if isinstance(dnll, (int, float)) else ""
         return (f"RidgeFill: exact for this document: an earlier RidgeFill answer about it was corrected by "
                 f"the check against exact's{by}: ran exact.")
 
-    def record(self, key: str, names: list[str], dnll: float | None) -> None:
-        """`key`'s document departed; written at once (a failed write is logged: the guard then holds until
-        the app ends)."""
+    def record(self, key: str, names: list[str], dnll: float | None, within: float | None = None) -> None:
+        """`key`'s document departed by `dnll`, past the check's threshold `within` (the caller's: the check
+        owns it); written at once (a failed write is logged: the guard then holds until the app ends)."""
         entries = self._loaded()
         entries.pop(key, None)
-        entries[key] = {"documents": names[:8], "dnll": dnll, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        entries[key] = {"documents": names[:8], "dnll": dnll, "within": within,
+                        "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
         while len(entries) > MAX_ENTRIES:
             del entries[next(iter(entries))]
         try:
