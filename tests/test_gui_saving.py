@@ -207,3 +207,15 @@ def test_the_list_follows_a_change_in_memory_and_quitting_waits_for_a_slow_write
     chat.save()
     assert w.close()  # quitting waits for the write under way
     assert ConversationStore(tmp_path / "chats").load(chat.conv.id).messages[-1].content == "one more"
+
+
+def test_the_window_has_the_writer_remove_side_files_no_chat_names_at_start(qtbot, service, tmp_path):
+    wait_ready(qtbot, service)
+    store = ConversationStore(tmp_path / "chats")
+    kept = Conversation(id="kept", documents=[Document("a.txt", "Alpha text.")], messages=[Message("user", "q")])
+    store.save(kept)
+    stray = store.documents / ("f" * 32 + ".txt")  # the side file of a chat deleted while the app was closed
+    stray.write_text("Beta text.")
+    make_window(qtbot, service, store=store)
+    assert store.flush(timeout=10)
+    assert not stray.exists() and (store.documents / kept.documents[0].text_file).exists()
