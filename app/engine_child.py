@@ -145,14 +145,12 @@ def _tune(engine, req: TuneRequest, on_event, cancel):
     from backend.ridgefill.tuned import read_tuned, summary
 
     progress, note = _stage_events(on_event)
-    kw = {k: v for k, v in {"length": req.length, "ttft_length": req.ttft_length, "depths": req.depths,
-                            "variants": req.variants}.items() if v is not None}
     with engine.scratch():
-        res = tune.run_tune(engine, splits=req.splits, budget_s=req.budget_s, settings=_hub_settings(req),
-                            capture=CaptureOptions(max_tokens=req.capture_tokens), on_progress=progress,
-                            on_note=note, cancel=cancel, **kw)
-    brief = {**res.brief(), "chosen_by": res.chosen_by}
-    return TuneDone(res.split, summary(read_tuned(engine.info)) or f"S = {res.split}: {res.chosen_by}", brief,
+        res = tune.run_tune(engine, splits=req.splits, budget_s=req.budget_s, doc_tokens=req.doc_tokens,
+                            per_doc=req.per_doc, documents=req.documents, needles=req.needles,
+                            settings=_hub_settings(req), capture=CaptureOptions(max_tokens=req.capture_tokens),
+                            on_progress=progress, on_note=note, cancel=cancel)
+    return TuneDone(res.split, summary(read_tuned(engine.info)) or f"S = {res.split}: {res.chosen_by}", res.brief(),
                     res.record_path)
 
 

@@ -148,12 +148,12 @@ class StageNote:
 
 @dataclass
 class TuneRequest:
-    budget_s: float | None = None  # None: the tune's default (longer for a long-context model)
+    budget_s: float | None = None  # None: the tune's default (backend/tuning/tune.py)
     splits: list[int] | None = None
-    length: int | None = None
-    ttft_length: int | None = None
-    depths: list[float] | None = None
-    variants: list[str] | None = None
+    doc_tokens: int | None = None  # each document cut to this many tokens (None: the tune's default)
+    per_doc: int | None = None  # questions a document (None: the tune's default)
+    documents: list[str] | None = None  # only these judge-half documents (tests)
+    needles: bool = True  # the needle check beside the choice
     capture_tokens: int | None = None
     cache_root: str | None = None
 

@@ -8,10 +8,6 @@ from backend.model_file import read_model_header
 from backend.ridgefill.defaults import MEASURED_SPLITS, guess_note, split_is_guess
 from backend.ridgefill.tuned import read_tuned, summary
 
-# The tuned record's mode when tune found no RidgeFill setting that keeps this model's replies
-EXACT_MODE = "off"
-EXACT_LINE = "exact (no RidgeFill setting kept this model's replies)"
-
 
 def untuned_note(info) -> str:
     """The guess note while this model's split is a guess (no tuned record, not in the measured table); ""
@@ -38,9 +34,7 @@ def untuned_note_of_ready(ready) -> str:
 
 
 def tuned_line(record: dict | None) -> str:
-    """The RidgeFill panel's line for a tuned record: its summary, or that tune chose exact; "" for none."""
-    if record and record.get("mode") == EXACT_MODE:
-        return EXACT_LINE
+    """The RidgeFill panel's line for a tuned record (that tune chose exact, where it did); "" for none."""
     return summary(record)
 
 

@@ -216,11 +216,12 @@ class Engine(Vocabulary):
         return llama_cpp.__version__
 
     # ---- lifetime ------------------------------------------------------------------------------
-    def sibling(self, n_ctx: int, *, swa_full: bool) -> "Engine":
+    def sibling(self, n_ctx: int, *, swa_full: bool, kv_type: str | None = None) -> "Engine":
         """An engine with a context and cache of its own on this engine's model (no second copy of the
-        weights), one sequence only (a sliding-window cache is sized per sequence); closed with this
-        one at the latest."""
-        other = Engine(replace(self.config, n_ctx=n_ctx, swa_full=swa_full), model_of=self, n_seq=1)
+        weights), one sequence only (a sliding-window cache is sized per sequence), its K/V stored as
+        `kv_type` (None: as this one's); closed with this one at the latest."""
+        config = replace(self.config, n_ctx=n_ctx, swa_full=swa_full, kv_type=kv_type or self.config.kv_type)
+        other = Engine(config, model_of=self, n_seq=1)
         self._siblings.add(other)
         return other
 

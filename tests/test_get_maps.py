@@ -1,5 +1,5 @@
 """Get maps (backend/hub/get_maps.py) on a tiny random-weight model: the fit path, a capture cancelled
-halfway and resumed, no half-written map folder ever used, a short disk refused; tune's rule and JSON."""
+halfway and resumed, no half-written map folder ever used, a short disk refused; tune's candidates and JSON."""
 from __future__ import annotations
 
 import json
@@ -120,64 +120,20 @@ def test_maps_for_another_model_are_not_taken(tiny_engine, tiny_path, tmp_path):
     assert mine.how == "fitted" and mine.folder != theirs.folder
 
 
-def test_the_decision_rule():
-    from backend.tuning.tune import Candidate, candidate_splits, choose, keeps_recall, tolerance
-
-    assert tolerance(12) == 1 and tolerance(24) == 2
-    # the first number is the items lost: right exact, wrong at the split; gains elsewhere do not count
-    assert keeps_recall(1, 12, 12) and keeps_recall(0, 12, 12) and not keeps_recall(2, 12, 12)
-    assert keeps_recall(2, 12, 24) and not keeps_recall(3, 12, 24)
-    assert not keeps_recall(0, 5, 12)  # exact recalls under half: the items cannot judge the maps
-    c = lambda s, b: Candidate(s, b, 12, 12, 1.5, keeps_recall(12 - b, 12, 12))  # noqa: E731
-    assert choose([c(9, 4), c(12, 11), c(15, 12)], 18, 12, 12)[0] == 12  # the lowest that keeps recall
-    split, why = choose([c(9, 4), c(12, 9)], 18, 12, 12)
-    assert split == 18 and "no candidate" in why
-    assert choose([], 18, 3, 12)[0] == 18
-    assert candidate_splits(30, 12) == [9, 12, 15, 18] and candidate_splits(18, 12) == [5, 7, 9, 11, 12]
-
-
-def test_tune_judges_a_long_context_model_at_16k_too():
-    from types import SimpleNamespace
-
-    from backend.tuning.tune import LONG_LENGTH, long_length
-
-    def eng(trained, ctx_max):
-        return SimpleNamespace(info=SimpleNamespace(n_ctx_train=trained), n_ctx=4096, n_ctx_max=ctx_max)
-
-    assert long_length(eng(32768, 32768)) == LONG_LENGTH == 16000  # Gemma 3 270M
-    assert long_length(eng(8192, 8192)) == 0  # SmolLM2: trained to 8K
-    assert long_length(eng(32768, 8192)) == 0  # an engine held to 8K by --ctx
-
-
-def test_tune_never_offers_a_split_ridgefill_cannot_run_at():
+def test_tune_candidates_span_the_layers_from_the_lowest_split_ridgefill_can_run_at():
     from types import SimpleNamespace
 
     from backend.errors import RidgeFillError
-    from backend.tuning.tune import _checked_splits
+    from backend.tuning.tune import _checked_splits, candidate_splits
 
+    assert candidate_splits(30, 18) == [9, 12, 18, 21, 24]  # SmolLM2: the splits whose maps ship
+    assert candidate_splits(18, 11) == [5, 7, 11, 13, 14]  # Gemma 3 270M
     gemma = SimpleNamespace(n_layer=18)
     # 5 is below the global cache's first layer: the lowest candidate moves up to 6
-    assert _checked_splits(None, gemma, 12, floor=6) == [6, 7, 9, 11, 12]
+    assert _checked_splits(None, gemma, 11, floor=6) == [6, 7, 11, 13, 14]
     with pytest.raises(RidgeFillError, match="6..16"):
-        _checked_splits([5, 9], gemma, 12, floor=6)
-    assert _checked_splits([9, 12], gemma, 12) == [9, 12]
-
-
-def test_a_candidate_that_ran_exact_or_gains_nothing_is_refused_whatever_its_recall():
-    from backend.tuning.tune import Candidate, choose, refusal
-    from backend.protocol import Timings
-
-    fast = Timings(mode="guided")
-    assert refusal("guided", [{"mode_run": "guided"}] * 3, fast, 1.6) == ""
-    why = refusal("guided", [{"mode_run": "guided"}, {"mode_run": "off", "note": "RidgeFill stopped (cells)"}], fast, 1.2)
-    assert why.startswith("its requests ran off, not guided") and "RidgeFill stopped" in why
-    assert "ran speed" in refusal("guided", [{"mode_run": "guided"}], Timings(mode="speed"), 1.6)
-    assert refusal("guided", [{"mode_run": "guided"}], fast, 1.01).startswith("it gains nothing")
-    assert refusal("guided", [{"mode_run": "guided"}], fast, None).startswith("it gains nothing")
-    # recall as exact's, but refused: the default stays (what the tune of Gemma 3 at S = 5 did before)
-    refused = Candidate(5, 10, 10, 12, 1.17, False, refused="its requests ran off, not speed")
-    assert refused.brief()["refused"] and "refused" not in Candidate(9, 10, 10, 12, 1.5, True).brief()
-    assert choose([refused], 12, 10, 12)[0] == 12
+        _checked_splits([5, 9], gemma, 11, floor=6)
+    assert _checked_splits([12, 9, 12], gemma, 11) == [9, 12]
 
 
 def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, capsys, tiny_path):
@@ -189,21 +145,25 @@ def test_tune_json_shape_and_the_record_drives_the_default_split(monkeypatch, ca
 
     info = read_model_info(tiny_path)
     assert defaults.default_split(info) == 3  # two thirds of 4 layers, untuned
-    cands = [tune.Candidate(1, 2, 12, 12, 1.9, False), tune.Candidate(2, 12, 12, 12, 1.4, True)]
+    docs = [{"document": "a.txt", "n": 4, "dnll": 0.01, "q8_abs": 0.02, "ratio": 0.5, "within": True}]
+    cands = [tune.Candidate("speed:1", "speed", 1, [{**docs[0], "dnll": 0.2, "ratio": 10.0, "within": False}], False, 2.5),
+             tune.Candidate("speed:2", "speed", 2, docs, True, 1.4)]
 
     def fake_run_tune(engine, **kw):
-        r = tune.TuneResult(engine.info.name, 2, 256, "guided", cands, "the lowest split that keeps recall", 12, 12,
-                            2048, 4096, 1000.0, 0, 1.0, kw["budget_s"])
+        r = tune.TuneResult(engine.info.name, 2, 256, "speed", cands, "the fastest setting that keeps", {"a.txt": 2000},
+                            4, 8192, 1.0, kw["budget_s"])
         r.record_path = str(write_tuned(engine.info, r.record()))
         return r
 
     monkeypatch.setattr(tune, "run_tune", fake_run_tune)
     assert run_cli(["--model", tiny_path, "--ctx", "512", "tune", "--json", "--budget-s", "30"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["model", "split", "tail", "mode", "candidates"]
-    assert out["split"] == 2 and out["candidates"][1] == {"split": 2, "bulk_correct": 12, "exact_correct": 12,
-                                                          "n": 12, "lost": 0, "ratio": 1.4}
+    assert list(out) == ["model", "split", "tail", "mode", "chosen_by", "candidates", "skipped", "needles"]
+    assert out["split"] == 2 and out["candidates"][1] == {"setting": "speed:2", "keeps": True, "ratio": 1.4,
+                                                          "worst_document": "a.txt", "worst_ratio": 0.5, "documents": 1}
     rec = read_tuned(info)
     assert rec["split"] == 2 and defaults.default_split(info) == 2 and defaults.default_split(info, tuned=False) == 3
-    assert summary(rec) == "S = 2, chosen: recall 12/12 as exact, 1.4× at 4K"
+    assert defaults.default_mode(info) == "speed"
+    assert summary(rec) == ("speed at S = 2, worst of 1 documents a.txt at 0.5× q8_0's distance from exact's replies, "
+                            "1.40× exact's speed")
     assert run_cli(["--model", tiny_path, "tune", "--budget-s", "0"]) == 2

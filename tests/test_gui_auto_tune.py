@@ -47,7 +47,7 @@ def observe_tunes(service) -> list[SubmittedTune]:
 def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, tmp_path):
     from app.settings import Settings
     from backend.model_file import read_model_header
-    from backend.ridgefill.tuned import write_tuned
+    from backend.ridgefill.tuned import EXACT_SUMMARY, write_tuned
 
     tiny = str(write_tiny_gguf(tmp_path / NAME, "llama", n_layer=4))
     service = start_service(tiny, n_ctx=512)
@@ -97,7 +97,7 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         w.controls.tune_btn.click()  # the button always runs it
         assert len(tunes) == 3 and w.controls.fit_bar.format().startswith("tuning · ")
         write_tuned(read_model_header(tiny), {"split": 2, "tail": 64, "mode": "off", "chosen_by": "test"})
-        tunes[2].callbacks["on_done"](TuneDone(2, "tuned: exact", {"mode": "off"}, "record.json"))
+        tunes[2].callbacks["on_done"](TuneDone(2, EXACT_SUMMARY, {"mode": "off"}, "record.json"))
         assert w.controls.untuned_label.isHidden() and w.controls.fit_bar.isHidden()
         assert w.controls.tuned_label.text() == "Tuned: exact (no RidgeFill setting kept this model's replies)"
         w.shutdown()

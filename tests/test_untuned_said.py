@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
-from app.model_tuning import EXACT_LINE, model_tuning, tuned_line, untuned_note_of_file, untuned_note_of_ready
+from app.model_tuning import model_tuning, tuned_line, untuned_note_of_file, untuned_note_of_ready
 from backend.model_file import read_model_header
-from backend.ridgefill.tuned import summary, write_tuned
+from backend.ridgefill.tuned import EXACT_SUMMARY, summary, write_tuned
 from tests.tiny_gguf import write_tiny_gguf
 
 GUESS = "untuned: split 3 is a guess (two thirds of the layers), measured on no document"
@@ -31,7 +31,7 @@ def test_the_note_is_said_until_a_record_exists_and_a_record_of_exact_is_said_pl
     assert model_tuning(info)[1].startswith(GUESS) and untuned_note_of_file(tiny).startswith(GUESS)
     assert untuned_note_of_file("") == "" and untuned_note_of_file(tiny + ".missing") == ""
     write_tuned(info, record(mode="off"))
-    assert model_tuning(info) == (EXACT_LINE, "") and untuned_note_of_file(tiny) == ""
+    assert model_tuning(info) == (EXACT_SUMMARY, "") and untuned_note_of_file(tiny) == ""
     assert tuned_line(None) == "" and tuned_line(record()) == summary(record())
 
 

@@ -150,9 +150,11 @@ class RidgeFillControls(QGroupBox):
         self.n_layer = n_layer
         if mode is not None:
             self.mode_box.blockSignals(True)
-            if self.mode_box.findData(mode) >= 0:  # "off" (tune chose exact) is not in the box: it stays
+            if self.mode_box.findData(mode) >= 0:
                 self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
             self.mode_box.blockSignals(False)
+            if mode == "off":  # tune chose exact for this model: RidgeFill stays one click away, switched off
+                self.toggle.setChecked(False)
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
         self.slider.setRange(1, max(1, n_layer - 1))
@@ -223,7 +225,7 @@ class RidgeFillControls(QGroupBox):
         self.get_btn.setEnabled(status not in ("verified", "warning") and not self.fit_bar.isVisible())
 
     def set_tuned(self, text: str) -> None:
-        """The tuned split's line ("S = 12, chosen: …", or "tuned: exact (…)"); "" hides it."""
+        """The tuned setting's line ("speed at S = 11, worst of …", or "exact (…)"); "" hides it."""
         if text and not text.lower().startswith("tuned"):
             text = f"Tuned: {text}"
         self.tuned_label.setText(text[:1].upper() + text[1:])

@@ -13,7 +13,6 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import GetMapsRequest, MapsStatus, MapsStatusRequest, StageNote, TaskKind, TuneDone, TuneRequest
-from app.model_tuning import EXACT_LINE, EXACT_MODE
 from backend.eta import Eta
 from backend.protocol import ProgressEvent
 from ui.controls import RidgeFillControls
@@ -140,8 +139,7 @@ class MapsTasks(QObject):
     def _tuned(self, res: TuneDone) -> None:
         self.long_task = None
         self.controls.fit_finished()
-        exact = res.result.get("mode") == EXACT_MODE  # tune found no RidgeFill setting that keeps the replies
-        self.show_tuning(EXACT_LINE if exact else res.summary, "" if res.record_path else self.untuned)
+        self.show_tuning(res.summary, "" if res.record_path else self.untuned)
         if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
             self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
         self.controls.slider.setValue(res.split)

@@ -1,50 +1,40 @@
-"""`python -m app tune [--json] [--budget-s N] [--splits ...]`: choose this model's split by measurement.
+"""`python -m app tune [--json] [--budget-s N] [--splits ...]`: choose this model's setting by fidelity.
 
-Fits maps for a few candidate splits from one capture (Get maps), runs a short bulk-needle check (exact
-against RidgeFill in the model's default mode, items from the shipped corpus), a fixed subset of the real
-questions (realqa) and a TTFT ratio at one length, and records the lowest split that keeps recall on both
-beside the maps; the model's default split is then that one (backend/ridgefill/defaults.py). The rule and
-the figures: backend/tuning/tune.py.
+Fits maps for a few candidate splits from one capture (Get maps), has exact, llama.cpp's q8_0 K/V cache and
+each setting (speed, then guided, lowest split first) answer questions about the long set's judge-half
+documents, and records the fastest setting whose replies stay within 2× q8_0's distance from exact's on
+every document (none: exact), with a needle check beside it; the model's default split and mode are then
+that one (backend/ridgefill/defaults.py). The rule and the figures: backend/tuning/tune.py.
 """
 from __future__ import annotations
 
 import json
 import sys
 
-from app.commands.common import float_list, int_list, open_engine, say_note, stage_printer, str_list
+from app.commands.common import int_list, open_engine, say_note, stage_printer, str_list
 
 
 def register(sub) -> None:
-    from backend.tuning import tune
+    from backend.tuning import documents, tune
 
-    p = sub.add_parser("tune", help="choose the model's split by measurement (recall vs exact, TTFT ratio) and record it")
+    p = sub.add_parser("tune", help="choose the model's split and mode by fidelity to exact (beside q8_0's cache) and record it")
     p.add_argument("--splits", type=int_list, default=None,
-                   help="candidate splits, e.g. 9,12,15,18 (default: 30/40/50/60%% of the layers and the default split)")
+                   help="candidate splits, e.g. 9,12,15,18 (default: 30/40/60/70/80%% of the layers and the default split)")
+    p.add_argument("--modes", type=str_list, default=None, help="modes tried at each split (default speed,guided)")
     p.add_argument("--budget-s", type=float, default=None,
-                   help="measuring time budget in seconds: candidates that would pass it are not started "
-                        f"(default {tune.DEFAULT_BUDGET_S:.0f}, {tune.LONG_BUDGET_S:.0f} with long items; a first "
-                        "capture comes on top)")
-    p.add_argument("--length", type=int, default=tune.DEFAULT_LENGTH, help="needle item length in tokens")
-    p.add_argument("--long-length", type=int, default=None,
-                   help=f"length of the long items (default {tune.LONG_LENGTH} on a model trained on "
-                        f"{tune.LONG_CONTEXT:,}+ tokens; 0: none)")
-    p.add_argument("--ttft-length", type=int, default=None,
-                   help=f"prompt length of the TTFT ratio (default: the long items', else {tune.DEFAULT_TTFT_LENGTH})")
-    p.add_argument("--depths", type=float_list, default=list(tune.DEFAULT_DEPTHS), help="needle depths")
-    p.add_argument("--variants", type=str_list, default=list(tune.DEFAULT_VARIANTS), help="needle variants")
-    p.add_argument("--haystacks", type=str_list, default=list(tune.DEFAULT_HAYSTACKS),
-                   help="needle haystacks: corpus, filler, ledger (default corpus,filler)")
-    p.add_argument("--questions-per-part", type=int, default=tune.REAL_PER_PART,
-                   help="real questions (realqa) asked of each of its 16 document parts, spread over the part "
-                        f"(default {tune.REAL_PER_PART}; 0: needles only)")
-    p.add_argument("--mode", default=None, help="RidgeFill mode to tune (default: the model's default mode)")
+                   help=f"measuring time budget in seconds: settings that would pass it are not started (default "
+                        f"{tune.DEFAULT_BUDGET_S:.0f}; exact and q8_0 always run; a first capture comes on top)")
+    p.add_argument("--doc-tokens", type=int, default=documents.DOC_TOKENS,
+                   help="each judge-half document cut to this many tokens (the model's context bounds it)")
+    p.add_argument("--questions-per-document", type=int, default=documents.PER_DOC, help="questions asked of each document")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's default)")
+    p.add_argument("--no-needles", action="store_true", help="skip the needle check beside the choice")
     p.add_argument("--capture-tokens", type=int, default=None,
                    help="when the model has no captured activations yet: capture at most this many tokens")
-    p.add_argument("--no-record", action="store_true", help="measure only; do not change the model's default split")
+    p.add_argument("--no-record", action="store_true", help="measure only; do not change the model's defaults")
     p.add_argument("--json", action="store_true",
-                   help='print {"model","split","tail","mode","candidates":[{"split","bulk_correct","exact_correct","n",'
-                        '"lost","ratio","real_questions":{"n","exact_correct","correct","lost","gained","keeps"}}]}')
+                   help='print {"model","split","tail","mode","chosen_by","candidates":[{"setting","keeps","ratio",'
+                        '"worst_document","worst_ratio","documents"}],"skipped","needles"}')
     p.set_defaults(func=run)
 
 
@@ -55,15 +45,14 @@ def run(args) -> int:
     if args.budget_s is not None and args.budget_s <= 0:
         print("error: --budget-s must be positive", file=sys.stderr)
         return 2
-    if args.questions_per_part < 0:
-        print("error: --questions-per-part must be 0 (needles only) or more", file=sys.stderr)
+    if args.questions_per_document < 1 or args.doc_tokens < 1:
+        print("error: --questions-per-document and --doc-tokens must be at least 1", file=sys.stderr)
         return 2
     engine = open_engine(args)
     try:
-        result = run_tune(engine, splits=args.splits, budget_s=args.budget_s, length=args.length,
-                          long=args.long_length, ttft_length=args.ttft_length, depths=args.depths, variants=args.variants,
-                          haystacks=args.haystacks, real_per_part=args.questions_per_part, mode=args.mode,
-                          tail=args.tail, capture=CaptureOptions(max_tokens=args.capture_tokens),
+        result = run_tune(engine, splits=args.splits, modes=args.modes, budget_s=args.budget_s,
+                          doc_tokens=args.doc_tokens, per_doc=args.questions_per_document, tail=args.tail,
+                          needles=not args.no_needles, capture=CaptureOptions(max_tokens=args.capture_tokens),
                           record=not args.no_record, on_progress=stage_printer(), on_note=say_note)
     finally:
         engine.close()
@@ -78,28 +67,26 @@ def tune_text(r) -> str:
     from backend.recall.report import table
     from backend.ridgefill.tuned import summary
 
-    rows = [[c.split, f"{c.bulk_correct}/{c.n}", f"{c.exact_correct}/{c.n}", _real_cell(c.real),
-             f"{c.ratio:.2f}x" if c.ratio else "-", "yes" if c.keeps else "no", c.maps, c.refused] for c in r.candidates]
-    at = f"{r.length} and {r.long_length}" if r.long_length else f"{r.length}"
-    real = f", {r.real.n} real questions (exact right {r.real.exact_correct})" if r.real and r.real.n else ""
-    lines = [f"{r.model}: mode {r.mode}, tail {r.tail}, {r.n} bulk-needle items at {at} tokens{real}, "
-             f"TTFT ratio at {r.ttft_length} tokens, {r.seconds:.0f} s",
-             table(["S", "RidgeFill", "exact", "real questions", "TTFT ratio", "keeps recall", "maps", "refused"], rows)]
-    if r.real_left_out:
-        lines.append(f"real questions left out (their prompts do not fit): {', '.join(r.real_left_out)}")
+    rows = [[c.setting, len(c.documents), _worst_cell(c), f"{c.ratio:.2f}x" if c.ratio else "-",
+             "yes" if c.keeps else "no", c.maps, c.refused] for c in r.candidates]
+    lines = [f"{r.model}: tail {r.tail}, {len(r.documents)} judge-half documents (at most {r.doc_tokens:,} tokens), "
+             f"{r.questions} questions, {r.seconds:.0f} s",
+             table(["setting", "documents", "worst document (vs q8_0)", "speed", "keeps replies", "maps", "refused"], rows)]
+    if r.left_out:
+        lines.append("left out: " + "; ".join(f"{d}: {why}" for d, why in r.left_out.items()))
     if r.skipped:
-        lines.append(f"not measured: splits {r.skipped}")
-    lines.append(f"chosen: S = {r.split} ({r.chosen_by})")
-    rec = {"split": r.split, "ttft_length": r.ttft_length, "chosen_by": r.chosen_by,
-           "candidates": [{**c.brief(), "keeps": c.keeps} for c in r.candidates]}
-    lines.append(summary(rec))
+        lines.append(f"not measured (budget): {', '.join(r.skipped)}")
+    if r.needles:
+        n = r.needles
+        lines.append(f"needle check: {n['skipped']}" if "skipped" in n else
+                     f"needle check: {n['correct']}/{n['n']} (exact {n['exact_correct']}/{n['n']}, {n['lost']} lost)")
+    lines.append(f"chosen: {r.chosen_by}")
+    lines.append(summary(r.record()))
     if r.record_path:
-        lines.append(f"recorded: {r.record_path} (the model's default split from now on)")
+        lines.append(f"recorded: {r.record_path} (the model's default from now on)")
     return "\n".join(lines)
 
 
-def _real_cell(real) -> str:
-    """A candidate's real questions: "5/32, lost 2 of 7, gained 0"; "-" when not run at this split."""
-    if real is None or real.correct is None:
-        return "-"
-    return f"{real.correct}/{real.n}, lost {real.lost} of {real.exact_correct}, gained {real.gained}"
+def _worst_cell(c) -> str:
+    w = c.worst
+    return f"{w['document']} {w['ratio']:.1f}x (dnll {w['dnll']:+.3f})" if w else "-"

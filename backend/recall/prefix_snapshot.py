@@ -18,6 +18,7 @@ back, a sliding-window model's windows too: the answer is the fresh run's, token
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from ..completion import complete
@@ -57,6 +58,7 @@ class PrefixSnapshots:
     def __init__(self, engine):
         self.engine = engine
         self._saved: dict[tuple, _Saved] = {}
+        self.prefill_s = 0.0  # the last shared prefill's seconds (0 when the last request restored one)
 
     def complete(self, request: CompletionRequest, shared_n: int, cancel=None, plan=None) -> CompletionResult:
         """`request` (one prompt whose first `shared_n` rows other prompts share) answered from a restored
@@ -71,8 +73,11 @@ class PrefixSnapshots:
             return complete(engine, _fresh(request, False), cancel=cancel, plan=plan)
         key = (tuple(tokens[:shared_n]), request.mode, tag, id(engine.slot))  # a grown context is a new slot
         saved = self._saved.get(key)
+        self.prefill_s = 0.0
         if saved is None:
+            t0 = time.perf_counter()
             saved = self._prefill(tokens[:shared_n], plan)
+            self.prefill_s = time.perf_counter() - t0
             while self._saved and sum(len(s.state) for s in self._saved.values()) + len(saved.state) > MAX_BYTES:
                 del self._saved[next(iter(self._saved))]  # the oldest goes (dicts keep insertion order)
             self._saved[key] = saved

@@ -101,15 +101,16 @@ MEASURED_MODES = {
 
 def default_mode(info, tuned: bool = True) -> str:
     """The mode RidgeFill runs for this model when none is asked for: the one its split was tuned for
-    (when `tuned` and this model was tuned), else the measured table, else DEFAULT_MODE. `info`: a
+    (when `tuned` and this model was tuned; "off" where tune chose exact), else the measured table, else
+    DEFAULT_MODE. `info`: a
     ModelInfo, or anything with architecture, n_layer and n_embd (an EngineReady)."""
     if tuned:
         from ..protocol import RIDGEFILL_MODES
         from .tuned import read_tuned
 
         rec = read_tuned(info)
-        if rec is not None and rec.get("mode") in RIDGEFILL_MODES:
-            return rec["mode"]
+        if rec is not None and (rec.get("mode") in RIDGEFILL_MODES or rec.get("mode") == "off"):
+            return rec["mode"]  # "off": tune found no setting that keeps the replies
     key = (getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None))
     return MEASURED_MODES.get(key, DEFAULT_MODE)
 

@@ -137,6 +137,8 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
     if request.mode == "off":
         return ExactPrefill()
     mode = default_mode(engine.info) if request.mode == MODEL_DEFAULT else request.mode
+    if mode == "off":  # tune chose exact for this model
+        return ExactPrefill("tuned: exact (no RidgeFill setting kept this model's replies)")
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)

@@ -18,7 +18,8 @@ from backend.private_files import private_dir, write_text_private
 from backend.user_paths import maps_dir
 
 TUNED_DIR = "tuned"
-RECORD_VERSION = 1
+EXACT_SUMMARY = "exact (no RidgeFill setting kept this model's replies)"  # a record whose mode is "off"
+RECORD_VERSION = 2  # 2: chosen by fidelity (a record of 1, chosen by needles, counts as untuned)
 
 
 def model_key(info) -> str | None:
@@ -71,8 +72,9 @@ def write_tuned(info, record: dict, root: Path | None = None) -> Path:
 
 
 def summary(rec: dict | None) -> str:
-    """One line for the RidgeFill panel: "S = 18, chosen: recall 12/12 as exact, real questions 7/32 (exact
-    7/32), 1.2× at 4K"; the split alone where the record's figures are not of their shape."""
+    """One line for the RidgeFill panel: "speed at S = 11, worst of 7 documents valgrind-faq.txt at 1.2×
+    q8_0's distance from exact's replies, 1.8× exact's speed"; the split alone where the record's figures
+    are not of their shape."""
     if not rec:
         return ""
     try:
@@ -82,21 +84,10 @@ def summary(rec: dict | None) -> str:
 
 
 def _summary(rec: dict) -> str:
-    split = rec["split"]
-    chosen = next((c for c in rec.get("candidates", []) if c.get("split") == split and c.get("keeps")), None)
-    if chosen is None:
-        return f"S = {split}: {rec.get('chosen_by', 'tuned')}"
-    length = rec.get("ttft_length") or 0
-    at = f"{length / 1024:g}K" if length % 1024 == 0 and length else f"{length:,} tokens"
-    ratio = f", {chosen['ratio']:.1f}× at {at}" if chosen.get("ratio") else ""
-    b, e, n = chosen["bulk_correct"], chosen["exact_correct"], chosen["n"]
-    recall = f"recall {b}/{n} as exact" if b == e else f"recall {b}/{n} (exact {e}/{n})"
-    return f"S = {split}, chosen: {recall}{_real_questions(chosen.get('real'))}{ratio}"
-
-
-def _real_questions(real: dict | None) -> str:
-    """", real questions 6/32 (exact 7/32)" when the chosen split was asked them; "" when not."""
-    if not real or real.get("correct") is None:
-        return ""
-    c, e, n = real["correct"], real["exact_correct"], real["n"]
-    return f", real questions {c}/{n} (exact {e}/{n})"
+    if rec["mode"] == "off":
+        return EXACT_SUMMARY
+    chosen = next(c for c in rec["candidates"] if c["setting"] == f"{rec['mode']}:{rec['split']}")
+    worst = max(chosen["documents"], key=lambda d: d["ratio"])
+    return (f"{rec['mode']} at S = {rec['split']}, worst of {len(chosen['documents'])} documents "
+            f"{worst['document']} at {worst['ratio']:.1f}× q8_0's distance from exact's replies, "
+            f"{chosen['ratio']:.2f}× exact's speed")

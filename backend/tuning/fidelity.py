@@ -94,14 +94,15 @@ class FidelityRun:
         order += [s for s in settings if s.name != EXACT]
         for doc in docs:
             for setting in order:
-                self._document(doc, setting)
+                self.document(doc, setting)
         questions = {q.id: q for d in docs for q in d.questions}
         names = {s.name for s in order}
         # scored again by today's rule: a line keeps the reply, not the verdict
         return [{**r, **score_fields(r["reply"], questions[i])} if "reply" in r else r
                 for (m, i, s), r in self.done.items() if m == self.model and i in questions and s in names]
 
-    def _document(self, doc: QuestionedDocument, setting: Setting) -> None:
+    def document(self, doc: QuestionedDocument, setting: Setting) -> None:
+        """`doc`'s questions not yet answered in `setting` (exact's before any other's: the reference)."""
         todo = [q for q in doc.questions if (self.model, q.id, setting.name) not in self.done]
         if not todo:
             return
@@ -137,7 +138,9 @@ class FidelityRun:
         exact = self.done.get((self.model, q.id, EXACT))
         reference = exact["reply_tokens"] if exact and "reply_tokens" in exact else list(result.tokens)
         t = result.timings
-        return {"mode_run": t.mode, "split": t.split, "tail": t.tail, "prompt_n": len(prompt),
+        # the shared rows' prefill (the first question of a document) and this question's own: its TTFT
+        ttft_s = (snapshots.prefill_s if shared_n else 0.0) + t.ttft_ms / 1000
+        return {"mode_run": t.mode, "split": t.split, "tail": t.tail, "prompt_n": len(prompt), "ttft_s": round(ttft_s, 3),
                 "shared_rows": shared_n, "bulk_n": t.bulk_n, "exact_n": t.exact_n, "note": t.note,
                 "reply": result.text, "reply_tokens": list(result.tokens), "finish": result.finish_reason,
                 "nll_ref": reply_nll(engine, prompt, reference), "ref_n": len(reference),

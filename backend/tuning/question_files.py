@@ -29,6 +29,7 @@ class DocumentQuestion:
     question: str
     answers: list[str] = field(default_factory=list)  # right forms; empty: no answer given
     wrong: list[str] = field(default_factory=list)
+    after: str | None = None  # the answer's place: its first occurrence after this text
 
 
 @dataclass
@@ -61,7 +62,8 @@ def parse_questions(raw: object, document: str) -> list[DocumentQuestion]:
         wrong = lists[1]
         if not all(isinstance(a, str) and a.strip() for a in forms + wrong):
             raise DocumentError(f"questions for {document}, entry {i}: answers must be non-empty strings")
-        out.append(DocumentQuestion(f"{document}/{i:02d}", document, q["question"].strip(), forms, wrong))
+        after = q.get("after") if isinstance(q.get("after"), str) else None
+        out.append(DocumentQuestion(f"{document}/{i:02d}", document, q["question"].strip(), forms, wrong, after))
     return out
 
 

@@ -1,118 +1,67 @@
-"""Tune: the split chosen by measurement for one model, recorded beside its maps.
+"""Tune: the setting (split and mode, or exact) chosen by fidelity for one model, recorded beside its maps.
 
-From one capture (Get maps fits every candidate's maps from the same cached activations in seconds),
-for each candidate split S in ascending order:
-- bulk-needle recall: needle items built from the shipped haystacks (the prose corpus and the filler,
-  backend/recall/needles.py), only those whose asked needle lies in the approximated bulk, run exact once
-  and then at S in the model's default mode (guided) with the same items
-  (backend/recall/run.py);
-- the TTFT ratio, exact / RidgeFill, on one prompt at `ttft_length` tokens (one run each, the exact
-  one shared by every candidate: a ratio to read to one decimal);
-- real questions: a fixed subset of the `realqa` set (backend/tuning/items.py: 2 questions of each
-  of its 16 document parts), run exact once and at S when S kept the needles (each part's prefill shared
-  by its questions). Needles held at SmolLM2's old split 12 while it lost 30 of exact's 41 right real
-  answers (docs/measurements/real-questions.md#real-questions-about-real-documents).
-**Keeps recall** (the decision rule): on needles, at most tolerance(n) = 1 + n // 24 items *lost* (right
-exact, wrong at S; one item on the default 12: a single flip is what one item per cell cannot tell
-apart). A gain elsewhere does not pay for a loss (docs/measurements/split-tail-tune.md#tunes-items). The needle rule only
-decides when exact itself recalls at least half the items; otherwise the items say nothing about the
-maps and the split stays the model's default (the candidates are still measured and shown). On real
-questions, only the k that exact answers right count (exact gets most of them wrong): at most
-tolerance(k) more of them lost than gained (real answers flip both ways), judged only when k >= MIN_REAL_RIGHT; with fewer the split is judged on
-needles alone, and the choice says so. The lowest candidate that keeps both is chosen and the search
-stops there (higher splits approximate fewer layers); none keeping both keeps the default too, and says so.
-**Which items**: 12 needles at 4,096 tokens (both haystacks, single and multikey, three depths); 2,048-token
-items hardly tell SmolLM2's S = 12 from S = 9 (docs/measurements/split-tail-tune.md#tunes-items). A model with a long
-context (trained on at least LONG_CONTEXT tokens, and an engine that holds LONG_LENGTH) is judged where
-it is used too: 6 more items at LONG_LENGTH tokens (both haystacks, single, three depths), the TTFT
-ratio is taken there, and the default budget is LONG_BUDGET_S. Real questions whose prompt does not fit
-the engine's context, or is too short for RidgeFill to run, are left out.
-The budget bounds the measuring time: a candidate is not started when the time spent plus its
-estimate (the slowest needle step so far plus the slowest real-question step, exact's before any
-candidate's) would pass it.
+The items (backend/tuning/documents.py): the long set's judge-half documents that the model holds, each
+cut to DOC_TOKENS, a few questions each. Exact answers every question first; llama.cpp's q8_0 K/V cache
+answers them too (the yardstick); each setting then answers them and exact's reply is teacher-forced on
+its cache (backend/tuning/fidelity.py: each document's prefill is shared by its questions).
+**The rule** (rules.py): a setting keeps replies when, on every document, its mean ΔNLL is at most 2×
+q8_0's mean |ΔNLL| on the same questions. Settings are measured in order of speed, lowest split first and
+speed before guided at a split; a setting stops at the first document it departs on (documents shortest
+first), and the first setting that keeps every document, ran its own mode and is faster than exact
+(TTFT summed over the documents, measured in the same run) is chosen. None: the model runs exact by
+default, and the record says why. Needles in the bulk, exact against the chosen setting, are a check
+beside it: reported, never a vote.
+The budget bounds the measuring: exact and q8_0 always run; a setting is not started when the time spent
+plus the slowest setting so far (exact's time before any) would pass it. The run's lines are kept per
+model until its record is written, so a tune stopped or cancelled resumes where it was.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..completion import complete
-from ..errors import Cancelled, RidgeFillError
-from ..recall.haystacks import corpus_haystack
-from ..recall.needles import NeedleItem, build_item
-from ..recall.run import run_recall
-from .items import REAL_PER_PART, RealQuestions, bulk_items, real_counts, real_question_items
-from .rules import (MIN_GAIN, MIN_REAL_RIGHT, RULE, candidate_keeps, informative, keeps_real,  # noqa: F401
-                    keeps_recall, real_informative, real_unjudged, tolerance)
+from ..errors import RidgeFillError
+from ..recall.run import load_results
+from .documents import DOC_TOKENS, PER_DOC, TuneDocuments, tune_documents
+from .fidelity import EXACT, MAX_TOKENS, FidelityRun, Setting, parse_setting
+from .fidelity_report import YARDSTICK, per_document
+from .needle_check import needle_check
+from .rules import MIN_GAIN, RULE
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LENGTH = 4096  # needle items (see the module doc: 2K items hardly tell S = 9 from S = 12)
-DEFAULT_TTFT_LENGTH = 4096
-DEFAULT_DEPTHS = (0.15, 0.35, 0.55)
-DEFAULT_VARIANTS = ("single", "multikey")
-DEFAULT_HAYSTACKS = ("corpus", "filler")  # 3 depths x 2 variants x 2 haystacks = 12 items
-# Exact on the 12 needles takes about 5.5 min on SmolLM2 (2 threads), on the 32 real questions about 3;
-# a guided candidate about 2.5 on needles, 3 more on real questions when the needles held: exact and three
-# candidates (9 losing needles, 12 and 15 holding them) fit in 25 minutes.
-DEFAULT_BUDGET_S = 1500.0
-SPLIT_SHARES = (0.3, 0.4, 0.5, 0.6)  # candidate splits as shares of the layers, plus the model's default
-LONG_CONTEXT = 32768  # a model trained on this many tokens is also judged on LONG_LENGTH-token items
-LONG_LENGTH = 16000
-LONG_VARIANTS = ("single",)  # 3 depths x 2 haystacks = 6 items
-# Exact takes about a minute a 16,000-token item on Gemma 3 270M (2 threads), guided about half: exact and
-# four candidates fit; the real questions add about twice SmolLM2's (unmeasured: a model twice its size).
-LONG_BUDGET_S = 3600.0
-def long_length(engine) -> int:
-    """LONG_LENGTH where the model has a long context and the engine holds such a prompt; else 0."""
-    ctx_max = getattr(engine, "n_ctx_max", engine.n_ctx)
-    return LONG_LENGTH if engine.info.n_ctx_train >= LONG_CONTEXT and ctx_max >= LONG_LENGTH + 512 else 0
+# Measuring time; a first capture comes on top. Exact, q8_0 and S = 11 on Gemma 3 270M take about 13
+# minutes on two threads (docs/TUNE.md), so the whole tune stays within 20.
+DEFAULT_BUDGET_S = 1080.0
+SPLIT_SHARES = (0.3, 0.4, 0.6, 0.7, 0.8)  # candidate splits as shares of the layers, plus the model's default
+MODES = ("speed", "guided")  # at a split, speed costs less than guided (guided adds the rows it makes exact)
 
 
-def candidate_splits(n_layer: int, default: int) -> list[int]:
-    out = {max(1, min(n_layer - 2, round(n_layer * f))) for f in SPLIT_SHARES}
-    out.add(max(1, min(n_layer - 2, default)))
-    return sorted(out)
+def candidate_splits(n_layer: int, default: int, floor: int = 1) -> list[int]:
+    out = {round(n_layer * f) for f in SPLIT_SHARES} | {default}
+    return sorted({max(floor, 1, min(n_layer - 2, s)) for s in out})
 
 
 @dataclass
 class Candidate:
+    setting: str  # "speed:11"
+    mode: str
     split: int
-    bulk_correct: int
-    exact_correct: int
-    n: int
-    ratio: float | None  # exact TTFT / RidgeFill TTFT at ttft_length
+    documents: list[dict]  # per_document's rows: document, n, dnll, q8_abs, ratio, within
     keeps: bool
-    ttft_ms: float | None = None
-    mode_run: str = ""
-    note: str = ""
-    maps: str = ""  # how the maps were had: cached | downloaded | fitted
+    ratio: float | None  # exact's TTFT / this setting's, summed over the documents it ran
     seconds: float = 0.0
-    lost: int = 0  # items right exact and wrong at this split
-    refused: str = ""  # why this candidate can never be chosen, whatever its recall ("" when it can)
-    real: RealQuestions | None = None  # None: the tune ran no real questions
+    refused: str = ""  # why it cannot be chosen although it kept replies
+    maps: str = ""  # how its maps were had: cached | downloaded | fitted
 
-    def brief(self) -> dict:
-        return {"split": self.split, "bulk_correct": self.bulk_correct, "exact_correct": self.exact_correct,
-                "n": self.n, "lost": self.lost, "ratio": self.ratio, **({"refused": self.refused} if self.refused else {}),
-                **({"real_questions": self.real.brief()} if self.real else {})}
-
-
-def refusal(mode: str, recall_rows: list[dict], ttft_timings, ratio: float | None) -> str:
-    """Why a measured candidate must not be chosen: its requests ran another mode than `mode` (exact,
-    or speed for guided), or it is no faster than exact. "" when it may be chosen."""
-    ran = [r.get("mode_run") for r in recall_rows] + [ttft_timings.mode]
-    if any(m != mode for m in ran):
-        other = next(m for m in ran if m != mode)
-        note = next((r.get("note") for r in recall_rows if r.get("note")), "") or ttft_timings.note
-        return f"its requests ran {other}, not {mode}" + (f" ({note})" if note else "")
-    if ratio is None or ratio < MIN_GAIN:
-        return f"it gains nothing: TTFT ratio {ratio if ratio is not None else '-'}x (needs {MIN_GAIN}x)"
-    return ""
+    @property
+    def worst(self) -> dict | None:
+        return max(self.documents, key=lambda d: d["ratio"]) if self.documents else None
 
 
 @dataclass
@@ -120,26 +69,24 @@ class TuneResult:
     model: str
     split: int
     tail: int
-    mode: str
+    mode: str  # a RidgeFill mode, or "off": no setting kept the replies
     candidates: list[Candidate]
     chosen_by: str
-    n: int
-    exact_correct: int
-    length: int
-    ttft_length: int
-    exact_ttft_ms: float | None
-    long_length: int  # the long items' length (0: none)
+    documents: dict[str, int]  # document -> prompt tokens
+    questions: int
+    doc_tokens: int
     seconds: float
     budget_s: float
-    skipped: list[int] = field(default_factory=list)  # candidates left out by the budget
+    skipped: list[str] = field(default_factory=list)  # settings the budget left out
+    left_out: dict[str, str] = field(default_factory=dict)
+    needles: dict | None = None  # the check at the chosen setting
     record_path: str | None = None
-    real: RealQuestions | None = None  # exact's side of the real questions (None: none run)
-    real_left_out: list[str] = field(default_factory=list)  # document parts whose prompts did not fit
 
     def brief(self) -> dict:
         """What `tune --json` prints."""
         return {"model": self.model, "split": self.split, "tail": self.tail, "mode": self.mode,
-                "candidates": [c.brief() for c in self.candidates]}
+                "chosen_by": self.chosen_by, "candidates": [_brief(c) for c in self.candidates],
+                "skipped": self.skipped, "needles": self.needles}
 
     def record(self) -> dict:
         d = asdict(self)
@@ -149,88 +96,88 @@ class TuneResult:
         return d
 
 
-def choose(candidates: list[Candidate], default: int, exact_correct: int, n: int,
-           real: RealQuestions | None = None) -> tuple[int, str]:
-    """(split, why): the lowest candidate that keeps recall (needles, and real questions where they
-    judge), else the model's default. `real`: exact's real questions (None: none run)."""
-    if not informative(exact_correct, n):
-        return default, (f"exact recalled only {exact_correct}/{n} items, too few to judge the maps: "
-                         f"the default split {default} stays")
-    unjudged = real_unjudged(real) if real else ""
-    judged = real is not None and real.n > 0 and not unjudged
-    keep = [c for c in candidates if c.keeps]
-    if keep:
-        best = min(keep, key=lambda c: c.split)
-        why = f"the lowest split that keeps recall ({best.bulk_correct}/{n}, exact {exact_correct}/{n}, {best.lost} lost"
-        if judged and best.real is not None:
-            why += (f"; real questions: {best.real.lost} of exact's {real.exact_correct} right answers lost, "
-                    f"{best.real.gained} gained")
-        return best.split, why + (f"; {unjudged})" if unjudged else ")")
-    both = " on both needles and real questions" if judged else ""
-    return default, (f"no candidate measured kept recall{both}: the default split {default} stays"
-                     + (f" ({unjudged})" if unjudged else ""))
+def _brief(c: Candidate) -> dict:
+    worst = c.worst or {}
+    return {"setting": c.setting, "keeps": c.keeps, "ratio": c.ratio, "worst_document": worst.get("document"),
+            "worst_ratio": worst.get("ratio"), "documents": len(c.documents),
+            **({"refused": c.refused} if c.refused else {})}
 
 
-def run_tune(engine, *, splits: list[int] | None = None, budget_s: float | None = None,
-             length: int = DEFAULT_LENGTH, ttft_length: int | None = None, long: int | None = None,
-             depths=DEFAULT_DEPTHS, variants=DEFAULT_VARIANTS, haystacks=DEFAULT_HAYSTACKS,
-             real_per_part: int = REAL_PER_PART, mode: str | None = None, tail: int | None = None,
-             capture=None, settings=None, record: bool = True, max_answer_tokens: int | None = None,
+def choose(candidates: list[Candidate], default_split: int) -> tuple[int, str, str]:
+    """(split, mode, why): the first candidate (in measuring order) that keeps replies and is not refused;
+    none: exact at the default split."""
+    best = next((c for c in candidates if c.keeps and not c.refused), None)
+    if best is None:
+        tried = ", ".join(c.setting for c in candidates) or "none"
+        return default_split, EXACT, f"no setting measured kept exact's replies on every document ({tried}): exact"
+    w = best.worst
+    return best.split, best.mode, (f"the fastest setting that keeps exact's replies on every document: {best.setting}, "
+                                   f"worst {w['document']} at {w['ratio']:.1f}× q8_0's, {best.ratio:.2f}× exact's speed")
+
+
+def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None = None,
+             budget_s: float | None = None, doc_tokens: int | None = None, per_doc: int | None = None,
+             documents: list[str] | None = None, tail: int | None = None, needles: bool = True,
+             capture=None, settings=None, record: bool = True,
              on_progress: Callable[[str, int, int], None] | None = None,
              on_note: Callable[[str], None] | None = None,
              cancel: Callable[[], bool] | None = None) -> TuneResult:
-    """Measure the candidates on `engine` and record the choice (see the module doc).
-
-    `capture` (backend.hub.get_maps.CaptureOptions) bounds a capture that has not been made yet;
-    `settings` (HubSettings) says where the maps go. `long`: the long items' length (None: long_length,
-    0: none); `ttft_length` None: the long length, else DEFAULT_TTFT_LENGTH; `budget_s` None: LONG_BUDGET_S
-    with long items, else DEFAULT_BUDGET_S; `real_per_part`: real questions a document part (0: none).
-    Raises Cancelled between items."""
+    """Measure the settings on `engine` and record the choice (see the module doc). `documents`: only
+    these judge-half documents (tests). Raises Cancelled between questions; a rerun resumes."""
     from ..ridgefill import defaults, tuned
     from ..ridgefill.runtime import runtime
 
     t_start = time.perf_counter()
     info = engine.info
     default = defaults.default_split(info, tuned=False)  # the measured default, never an earlier tune's
-    mode = mode or defaults.default_mode(info, tuned=False)  # the measured default, as the split
     tail = defaults.tail_or_default(info, tail)
     splits = _checked_splits(splits, info, default, runtime(engine).min_split)
-    long = long_length(engine) if long is None else long
-    ctx_max = getattr(engine, "n_ctx_max", engine.n_ctx)
-    ttft_length = min(ttft_length or long or DEFAULT_TTFT_LENGTH, ctx_max - 32)
-    budget_s = budget_s or (LONG_BUDGET_S if long else DEFAULT_BUDGET_S)
-    length = min(length, ctx_max - 64)
-    items = bulk_items(engine, length, depths, variants, haystacks, tail, max_answer_tokens)
-    if long:
-        items += bulk_items(engine, long, depths, LONG_VARIANTS, haystacks, tail, max_answer_tokens)
-    real_items, left_out = real_question_items(engine, real_per_part, tail, ctx_max)
-    run = _TuneRun(engine, items, mode, tail, settings, capture, cancel, on_progress,
-                   on_note or (lambda text: log.info("tune: %s", text)), real_items)
-    at = f"{length} and {long}" if long else f"{length}"
-    run.note(f"tune {info.name}: splits {splits}, mode {mode}, tail {tail}, {run.n} bulk-needle items at {at} "
-             f"tokens, {len(real_items)} real questions, TTFT at {ttft_length} tokens, budget {budget_s:.0f} s")
-    if left_out:
-        run.note(f"real questions: parts left out (too long for the context or too short for RidgeFill): {left_out}")
-    with tempfile.TemporaryDirectory(prefix="ridgefill-tune-") as tmp:
-        run.out = Path(tmp) / "tune.jsonl"
-        run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is timed
+    order = [parse_setting(f"{m}:{s}") for s in splits for m in (modes or MODES)]
+    budget_s = budget_s or DEFAULT_BUDGET_S
+    docs = tune_documents(engine, tail, doc_tokens or DOC_TOKENS, per_doc or PER_DOC, documents)
+    if not docs.documents:
+        raise RidgeFillError(f"no judge-half document fits this model's context to tune it on: {docs.left_out}")
+    record_at = tuned.tuned_path(info)
+    if record_at is None:
+        raise RidgeFillError("this model's header does not say enough to key a tuned record")
+    progress_path = record_at.with_suffix(f".{_run_key(docs, tail)}.jsonl")
+    run = _TuneRun(engine, docs, tail, settings, capture, cancel, on_progress,
+                   on_note or (lambda text: log.info("tune: %s", text)), progress_path)
+    run.note(f"tune {info.name}: {len(docs.documents)} documents ({sum(len(d.questions) for d in docs.documents)} "
+             f"questions, at most {doc_tokens or DOC_TOKENS:,} tokens), settings {[s.name for s in order]}, "
+             f"tail {tail}, budget {budget_s:.0f} s")
+    try:
+        run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is measured
         t_measure = time.perf_counter()
-        exact = run.measure_exact(ttft_length)
-        candidates, skipped = run.measure_candidates(splits, exact, budget_s, t_measure)
-    split, why = choose(candidates, default, exact.correct, run.n, exact.real)
-    result = TuneResult(info.name, split, tail, mode, candidates, why, run.n, exact.correct, length, ttft_length,
-                        round(exact.ttft_ms, 1), long, round(time.perf_counter() - t_start, 1), budget_s, skipped,
-                        real=exact.real, real_left_out=left_out)
+        run.measure_references()
+        candidates, skipped = run.measure_settings(order, budget_s, t_measure)
+    finally:
+        run.close()
+    split, mode, why = choose(candidates, default)
+    chosen = next((c for c in candidates if c.setting == f"{mode}:{split}"), None)
+    check = run.needles(chosen) if needles and chosen is not None else None
+    result = TuneResult(info.name, split, tail, mode, candidates, why, docs.tokens,
+                        sum(len(d.questions) for d in docs.documents), doc_tokens or DOC_TOKENS,
+                        round(time.perf_counter() - t_start, 1), budget_s, [s.name for s in skipped],
+                        docs.left_out, check)
     if record:
         result.record_path = str(tuned.write_tuned(info, result.record()))
-    run.note(f"chosen: S = {split} ({why})")
+        for path in (progress_path, progress_path.with_suffix(".needles.jsonl")):
+            path.unlink(missing_ok=True)  # recorded: nothing left to resume
+    run.note(f"chosen: {'exact' if mode == EXACT else f'{mode} at S = {split}'} ({why})")
     return result
 
 
+def _run_key(docs: TuneDocuments, tail: int) -> str:
+    """What a resumed run must share with the stopped one: the documents, their questions, the tail."""
+    facts = [tail, sorted(docs.tokens.items()), [q.id for d in docs.documents for q in d.questions]]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:10]
+
+
 def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1) -> list[int]:
-    """The candidates asked for (sorted, once each), else the standard ones, a share below `floor` (the
-    lowest split RidgeFill can run at: runtime.min_split) moved up to it; each must leave layers to map."""
-    splits = sorted(set(splits)) if splits else sorted({max(s, floor) for s in candidate_splits(info.n_layer, default)})
+    """The candidates asked for (sorted, once each), else the standard ones from `floor` (the lowest split
+    RidgeFill can run at: runtime.min_split); each must leave layers to map."""
+    splits = sorted(set(splits)) if splits else candidate_splits(info.n_layer, default, floor)
     lo = max(1, floor)
     bad = [s for s in splits if not lo <= s <= info.n_layer - 2]
     if bad:
@@ -241,156 +188,163 @@ def _checked_splits(splits: list[int] | None, info, default: int, floor: int = 1
 
 
 @dataclass
-class _Exact:
-    """The exact model's side, measured once and compared with every candidate."""
-    correct: int
-    right: set[str]  # ids of the items exact answered right
-    ttft_ms: float
-    ttft_item: NeedleItem  # the prompt every TTFT ratio is timed on
-    needles_s: float  # what a candidate's needles and TTFT take at most, until one is measured
-    real: RealQuestions  # n = 0: no real questions
-    real_right: set[str] = field(default_factory=set)  # ids of the real questions exact answered right
-
-
-@dataclass
 class _TuneRun:
-    """What the steps of one tune share: the engine, the items, the mode and tail measured, the callbacks,
-    the results file and how each split's maps were had."""
+    """What the steps of one tune share: the engine (and q8_0's while it runs), the documents, the fidelity
+    run, the callbacks and how each split's maps were had."""
     engine: object
-    items: list[NeedleItem]
-    mode: str
+    docs: TuneDocuments
     tail: int
     settings: object
     capture: object
     cancel: Callable[[], bool] | None
     on_progress: Callable[[str, int, int], None] | None
     note: Callable[[str], None]
-    real_items: list[NeedleItem] = field(default_factory=list)
-    out: Path | None = None  # the run's recall lines (a temporary file)
-    maps_how: dict[int, str] = field(default_factory=dict)  # split -> cached | downloaded | fitted
+    lines_path: Path
+    maps_how: dict[int, str] = field(default_factory=dict)
+    warmed: set[int] = field(default_factory=set)  # splits whose maps and weights are loaded
+    q8_engine: object = None
+    exact_s: float = 0.0  # exact's measuring time: a setting's estimate until one is measured
+
+    def __post_init__(self):
+        self.fidelity = FidelityRun(self._engine_for, Path(self.engine.info.path).name, self.lines_path,
+                                    tail=self.tail, cancel=self.cancel, on_line=self._on_line)
+        self.stage, self.done_n = "", 0
 
     @property
-    def n(self) -> int:
-        return len(self.items)
+    def questions(self) -> int:
+        return sum(len(d.questions) for d in self.docs.documents)
 
-    def progress(self, stage: str, done: int, total: int) -> None:
+    def _engine_for(self, setting: Setting):
+        if setting.engine_key == (self.engine.config.kv_type, self.engine.config.n_ubatch):
+            return self.engine
+        if self.q8_engine is None:  # the yardstick's cache: the same weights, its K/V stored as q8_0
+            n_ctx = max(self.docs.tokens.values()) + 2 * MAX_TOKENS + 64
+            self.q8_engine = self.engine.sibling(n_ctx, swa_full=self.engine.config.swa_full, kv_type=setting.kv_type)
+        return self.q8_engine
+
+    def close(self) -> None:
+        if self.q8_engine is not None:
+            self.q8_engine.close()
+            self.q8_engine = None
+
+    def _on_line(self, line: dict) -> None:
+        self.done_n += 1
         if self.on_progress is not None:
-            self.on_progress(stage, done, total)
+            self.on_progress(self.stage, self.done_n, self.questions)
+
+    def _begin(self, stage: str, setting: Setting) -> None:
+        self.stage = stage
+        self.done_n = sum(1 for d in self.docs.documents for q in d.questions
+                          if (self.fidelity.model, q.id, setting.name) in self.fidelity.done)
 
     def fetch_maps(self, split: int) -> None:
         from ..hub.get_maps import get_maps
 
         with self.engine.scratch():  # a capture fills the context
             self.maps_how[split] = get_maps(self.engine.info.path, split, self.settings, download=False,
-                                            engine=self.engine, capture=self.capture, on_progress=self.progress,
-                                            on_note=self.note, cancel=self.cancel).how
+                                            engine=self.engine, capture=self.capture,
+                                            on_progress=self.on_progress, on_note=self.note, cancel=self.cancel).how
 
-    def recall(self, items: list[NeedleItem], mode: str, split: int | None, stage: str) -> list[dict]:
-        """`items` run in `mode` at `split` (questions about one document share its prefill)."""
-        return run_recall(self.engine, items, [mode], split, self.tail, self.out, cancel=self.cancel,
-                          on_progress=lambda p: self.progress(stage, p.done, p.total))
-
-    def measure_exact(self, ttft_length: int) -> _Exact:
-        engine, n = self.engine, self.n
-        hay, hay_cache = corpus_haystack(), {}
-        # One short exact request: the first decode of a context pays one-off set-up costs.
-        complete(engine, build_item(engine, length=256, depth=0.5, haystack=hay, _hay_cache=hay_cache).request("off"),
-                 cancel=self.cancel)
+    def measure_references(self) -> None:
+        """Exact's replies, and the yardstick's (q8_0) distance from them, on every document."""
         t0 = time.perf_counter()
-        rows = self.recall(self.items, "off", None, "exact recall")
-        items_s = time.perf_counter() - t0
-        correct = sum(bool(r["correct"]) for r in rows)
-        ttft_item = build_item(engine, length=ttft_length, depth=0.5, haystack=hay, _hay_cache=hay_cache)
-        self.progress("exact TTFT", 0, 1)
-        ttft = _ttft(engine, ttft_item, "off", None, self.tail, self.cancel)
-        self.progress("exact TTFT", 1, 1)
-        self.note(f"exact: {correct}/{n} bulk needles, TTFT {ttft.ttft_ms / 1000:.1f} s at {ttft_length} tokens")
-        if not informative(correct, n):
-            self.note(f"exact recalls only {correct}/{n}: the items cannot judge the maps")
-        real, real_right = self.measure_exact_real()
-        return _Exact(correct, {r["id"] for r in rows if r["correct"]}, ttft.ttft_ms, ttft_item,
-                      needles_s=items_s + ttft.ttft_ms / 1000 + 5.0, real=real, real_right=real_right)
+        for name, stage in ((EXACT, "exact"), (YARDSTICK, "q8_0 (the yardstick)")):
+            setting = parse_setting(name)
+            self._begin(stage, setting)
+            for doc in self.docs.documents:
+                self.fidelity.document(doc, setting)
+            if name == EXACT:
+                self.exact_s = time.perf_counter() - t0
+        self.close()
+        self.note(f"exact and q8_0 answered {self.questions} questions in {time.perf_counter() - t0:.0f} s")
 
-    def measure_exact_real(self) -> tuple[RealQuestions, set[str]]:
-        """Exact's side of the real questions: how many it answers right, and which."""
-        if not self.real_items:
-            return RealQuestions(0, 0), set()
-        t0 = time.perf_counter()
-        rows = self.recall(self.real_items, "off", None, "exact real questions")
-        right = {r["id"] for r in rows if r["correct"]}
-        real = RealQuestions(len(rows), len(right), seconds=round(time.perf_counter() - t0, 1))
-        why = real_unjudged(real)
-        self.note(f"exact: {len(right)}/{real.n} real questions right" + (f"; {why}" if why else ""))
-        return real, right
-
-    def measure_candidates(self, splits: list[int], exact: _Exact, budget_s: float,
-                           t_measure: float) -> tuple[list[Candidate], list[int]]:
-        """(measured, skipped): in ascending order until one keeps recall or the budget would be passed."""
-        candidates: list[Candidate] = []
-        for i, s in enumerate(splits):
+    def measure_settings(self, order: list[Setting], budget_s: float,
+                         t_measure: float) -> tuple[list[Candidate], list[Setting]]:
+        """(measured, skipped): in order until one keeps replies or the budget would be passed."""
+        measured: list[Candidate] = []
+        for i, setting in enumerate(order):
             spent = time.perf_counter() - t_measure
-            estimate = self.estimate_s(candidates, exact)
-            if i > 0 and spent + estimate > budget_s:
-                self.note(f"budget: {spent:.0f} s spent, a candidate takes about {estimate:.0f} s: "
-                          f"splits {splits[i:]} not measured")
-                return candidates, splits[i:]
-            c = self.measure_candidate(s, exact)
-            candidates.append(c)
-            if c.keeps:
-                return candidates, splits[i + 1:]
-        return candidates, []
+            estimate = max([c.seconds for c in measured] + [self.exact_s])
+            if spent + estimate > budget_s and not self._all_done(setting):
+                self.note(f"budget: {spent:.0f} s spent, a setting takes up to {estimate:.0f} s: "
+                          f"{[s.name for s in order[i:]]} not measured")
+                return measured, order[i:]
+            c = self.measure(setting)
+            measured.append(c)
+            if c.keeps and not c.refused:
+                return measured, []
+        return measured, []
 
-    @staticmethod
-    def estimate_s(candidates: list[Candidate], exact: _Exact) -> float:
-        """A candidate's time at most: the slowest needle step so far plus the slowest real-question step
-        (exact's, until a candidate's is measured; none when they cannot judge)."""
-        real_s = [c.real.seconds for c in candidates if c.real and c.real.correct is not None]
-        needles_s = [c.seconds - (c.real.seconds if c.real else 0.0) for c in candidates]
-        real = max(real_s) if real_s else (exact.real.seconds if real_informative(exact.real.exact_correct) else 0.0)
-        return (max(needles_s) if needles_s else exact.needles_s) + real
+    def _all_done(self, setting: Setting) -> bool:
+        """Whether a resumed run holds every line of `setting` already (it costs nothing to read)."""
+        return all((self.fidelity.model, q.id, setting.name) in self.fidelity.done
+                   for d in self.docs.documents for q in d.questions)
 
-    def measure_candidate(self, s: int, exact: _Exact) -> Candidate:
+    def measure(self, setting: Setting) -> Candidate:
+        """`setting` document by document, stopping at the first it departs on."""
         from ..ridgefill.runtime import warm_up
 
-        engine, n = self.engine, self.n
-        tc = time.perf_counter()
-        if s not in self.maps_how:
-            self.fetch_maps(s)
-        with engine.scratch():
-            warm_up(engine, s)  # maps and weights loaded outside the timings
-        rec = self.recall(self.items, self.mode, s, f"S={s} recall")
-        bulk_correct = sum(bool(r["correct"]) for r in rec)
-        lost = sum(1 for r in rec if r["id"] in exact.right and not r["correct"])
-        fast = _ttft(engine, exact.ttft_item, self.mode, s, self.tail, self.cancel)
-        ratio = round(exact.ttft_ms / fast.ttft_ms, 2) if fast.ttft_ms else None
-        refused = refusal(self.mode, rec, fast, ratio)
-        needles = keeps_recall(lost, exact.correct, n)
-        real, real_rows = self.measure_real(s, exact, run=needles and not refused)
-        refused = refused or refusal(self.mode, real_rows, fast, ratio)
-        c = Candidate(s, bulk_correct, exact.correct, n, ratio, candidate_keeps(needles, real, refused),
-                      ttft_ms=round(fast.ttft_ms, 1), mode_run=fast.mode, note=fast.note or "",
-                      maps=self.maps_how[s], seconds=round(time.perf_counter() - tc, 1), lost=lost, refused=refused,
-                      real=real if self.real_items else None)
-        verdict = f"refused: {refused}" if refused else ("keeps recall" if c.keeps else "loses recall")
-        self.note(f"S={s}: {bulk_correct}/{n} bulk needles (exact {exact.correct}/{n}, {lost} lost){real.text()}, "
-                  f"TTFT ratio {ratio if ratio is not None else '-'}x, {verdict}")
+        t0 = time.perf_counter()
+        if setting.split not in self.warmed:
+            if setting.split not in self.maps_how:
+                self.fetch_maps(setting.split)
+            with self.engine.scratch():
+                warm_up(self.engine, setting.split)  # maps and weights loaded outside the timings
+            self.warmed.add(setting.split)
+        self._begin(setting.name, setting)
+        rows, ran = [], []
+        for doc in self.docs.documents:
+            self.fidelity.document(doc, setting)
+            ran.append(doc.name)
+            rows = per_document(self._lines(), setting.name)
+            if not all(r["within"] for r in rows):
+                break
+        keeps = len(rows) == len(self.docs.documents) and all(r["within"] for r in rows)
+        ratio = self._speed(setting.name, ran)
+        c = Candidate(setting.name, setting.mode, setting.split, rows, keeps, ratio,
+                      round(time.perf_counter() - t0, 1), self._refusal(setting, ran, ratio), self.maps_how[setting.split])
+        self.note(_verdict(c))
         return c
 
-    def measure_real(self, s: int, exact: _Exact, run: bool) -> tuple[RealQuestions, list[dict]]:
-        """The real questions at `s`, when they can judge it and `run` (the needles kept, not refused)."""
-        base = exact.real
-        if not run or not self.real_items or not real_informative(base.exact_correct):
-            return RealQuestions(base.n, base.exact_correct), []
-        t0 = time.perf_counter()
-        rows = self.recall(self.real_items, self.mode, s, f"S={s} real questions")
-        right, lost, gained = real_counts(exact.real_right, rows)
-        return RealQuestions(base.n, base.exact_correct, right, lost, gained, keeps_real(lost, gained, base.exact_correct),
-                             seconds=round(time.perf_counter() - t0, 1)), rows
+    def _lines(self) -> list[dict]:
+        return [r for (m, _, _), r in self.fidelity.done.items() if m == self.fidelity.model]
+
+    def _doc_lines(self, setting: str, names: list[str]) -> list[dict]:
+        return [r for r in self._lines() if r["setting"] == setting and r["document"] in names and "skipped" not in r]
+
+    def _speed(self, setting: str, names: list[str]) -> float | None:
+        """Exact's TTFT over the documents `names` / the setting's (each document's slowest question: the
+        one whose prefill it shared)."""
+        def total(name):
+            per_doc: dict[str, float] = {}
+            for r in self._doc_lines(name, names):
+                per_doc[r["document"]] = max(per_doc.get(r["document"], 0.0), r.get("ttft_s") or 0.0)
+            return sum(per_doc.values())
+        ours, exact = total(setting), total(EXACT)
+        return round(exact / ours, 2) if ours > 0 and exact > 0 else None
+
+    def _refusal(self, setting: Setting, names: list[str], ratio: float | None) -> str:
+        other = next((r for r in self._doc_lines(setting.name, names) if r.get("mode_run") != setting.mode), None)
+        if other is not None:
+            note = f" ({other['note']})" if other.get("note") else ""
+            return f"its requests ran {other.get('mode_run')}, not {setting.mode}{note}"
+        if ratio is None or ratio < MIN_GAIN:
+            return f"it gains nothing: {ratio if ratio is not None else '-'}× exact's speed (needs {MIN_GAIN}×)"
+        return ""
+
+    def needles(self, chosen: Candidate) -> dict:
+        return needle_check(self.engine, chosen.mode, chosen.split, self.tail, self.lines_path.with_suffix(".needles.jsonl"),
+                            self.cancel, self.on_progress, self.note)
 
 
-def _ttft(engine, item, mode: str, split: int | None, tail: int, cancel):
-    if cancel is not None and cancel():
-        raise Cancelled("tune cancelled")
-    req = item.request(mode, split, tail)
-    req.max_tokens, req.reuse_prefix = 1, False
-    return complete(engine, req, cancel=cancel).timings
+def _verdict(c: Candidate) -> str:
+    w = c.worst
+    where = f"worst {w['document']} at {w['ratio']:.1f}× q8_0's (ΔNLL {w['dnll']:+.3f})" if w else "no document"
+    verdict = f"refused: {c.refused}" if c.refused else ("keeps replies" if c.keeps else "departs")
+    speed = f"{c.ratio:.2f}×" if c.ratio else "-"
+    return f"{c.setting}: {len(c.documents)} documents, {where}, {speed} exact's speed, {verdict}"
+
+
+def load_lines(path: Path) -> list[dict]:
+    """A tune's kept lines (tests and the lab read them)."""
+    return [r for r in load_results(path) if r.get("kind") == "fidelity"]
