@@ -1,8 +1,9 @@
-"""The one place the engine's messages are sorted by kind (`kind_of`, `is_end`), and their one router. Every
-reader of the stream (the GUI's TaskClient and EngineClient, app/engine_client.py; the server's
-EngineGateway, app/server/gateway.py) hands each message to `route`, which calls the reader's method for
-that kind; a reader overrides the ones it cares about (a `Receiver` logs the rest). The process, the job
-runner, the server's runs and the self-test ask `kind_of` rather than testing types themselves."""
+"""The one place the engine's messages are sorted by kind (`kind_of`, `is_end`), and their one router. A task's
+messages go to its Task through its source's table (app/task_stream.py); every poller of a source (the GUI's
+TaskClient and EngineClient, app/engine_client.py; the server's ProcessGateway, app/server/gateway.py) hands
+each message to `route`, which calls the reader's method for that kind; a reader overrides the ones it cares
+about (a `Receiver` logs the rest). The process, the job runner, the task stream, the server's runs and the
+self-test ask `kind_of` rather than testing types themselves."""
 from __future__ import annotations
 
 import logging
