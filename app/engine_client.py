@@ -185,14 +185,14 @@ class TaskClient(QObject, Receiver):
     # -- delivery --
     @Slot()
     def _poll(self) -> None:
-        self.source.poll(on_message=self._route)
+        self.source.poll(on_message=self._deliver)
         if not self.busy and not self._keep_polling():
             self._timer.stop()
 
     def _keep_polling(self) -> bool:
         return False
 
-    def _route(self, msg) -> None:
+    def _deliver(self, msg) -> None:
         route(msg, self)
 
     def task_event(self, msg: TaskEvent) -> None:
