@@ -80,7 +80,7 @@ def summary(rec: dict | None) -> str:
     try:
         return _summary(rec)
     except (ArithmeticError, AttributeError, KeyError, TypeError, ValueError):  # a hand-edited or damaged record
-        return f"S = {rec['split']}: tuned"
+        return f"S = {rec['split']}: {rec.get('chosen_by') or 'tuned'}"
 
 
 def _summary(rec: dict) -> str:
