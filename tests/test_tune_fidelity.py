@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from backend.tuning import tune
-from backend.tuning.documents import TuneDocuments, answer_at, spread
+from backend.tuning.documents import DOC_TOKENS, MIN_DOC_TOKENS, REFERENCE_S_PER_TOKEN, TuneDocuments, answer_at, sample_tokens, spread
 from backend.tuning.fidelity import parse_setting
 from backend.tuning.question_files import DocumentQuestion, QuestionedDocument
 
@@ -102,3 +102,11 @@ def test_questions_are_those_whose_answer_lies_in_the_kept_text_spread_over_it()
     assert answer_at("x a y a", q("a", after="y")) == 6
     qs = [DocumentQuestion(f"d/{i:02d}", "d", "?") for i in range(8)]
     assert [x.id for x in spread(qs, 2)] == ["d/02", "d/06"] and len(spread(qs[:1], 4)) == 1
+
+
+def test_a_slower_engine_or_a_smaller_budget_gets_shorter_documents_never_below_the_floor():
+    ref = REFERENCE_S_PER_TOKEN
+    assert sample_tokens(ref, 1080, 1080) == DOC_TOKENS and sample_tokens(ref / 3, 1080, 1080) == DOC_TOKENS
+    assert sample_tokens(2 * ref, 1080, 1080) == DOC_TOKENS // 2  # twice as slow a token: half as long
+    assert sample_tokens(ref, 540, 1080) == DOC_TOKENS // 2  # half the budget: the same
+    assert sample_tokens(100 * ref, 1080, 1080) == MIN_DOC_TOKENS

@@ -24,8 +24,9 @@ def register(sub) -> None:
     p.add_argument("--budget-s", type=float, default=None,
                    help=f"measuring time budget in seconds: settings that would pass it are not started (default "
                         f"{tune.DEFAULT_BUDGET_S:.0f}; exact and q8_0 always run; a first capture comes on top)")
-    p.add_argument("--doc-tokens", type=int, default=documents.DOC_TOKENS,
-                   help="each judge-half document cut to this many tokens (the model's context bounds it)")
+    p.add_argument("--doc-tokens", type=int, default=None,
+                   help=f"each judge-half document cut to this many tokens (default: {documents.DOC_TOKENS:,}, shorter "
+                        "on a slower engine, so that the tune keeps to its budget; the model's context bounds it)")
     p.add_argument("--questions-per-document", type=int, default=documents.PER_DOC, help="questions asked of each document")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's default)")
     p.add_argument("--no-needles", action="store_true", help="skip the needle check beside the choice")
@@ -45,7 +46,7 @@ def run(args) -> int:
     if args.budget_s is not None and args.budget_s <= 0:
         print("error: --budget-s must be positive", file=sys.stderr)
         return 2
-    if args.questions_per_document < 1 or args.doc_tokens < 1:
+    if args.questions_per_document < 1 or (args.doc_tokens is not None and args.doc_tokens < 1):
         print("error: --questions-per-document and --doc-tokens must be at least 1", file=sys.stderr)
         return 2
     engine = open_engine(args)

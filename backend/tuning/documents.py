@@ -6,6 +6,7 @@ document still judges it; the cut bounds the time (docs/TUNE.md).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from ..errors import DocumentError
@@ -13,10 +14,36 @@ from ..ridgefill.defaults import MIN_BULK
 from .fidelity import MAX_TOKENS, item_request, parse_setting
 from .question_files import JUDGE, DocumentQuestion, QuestionedDocument, long_set
 
-# Each judge-half document cut to 8K tokens, four questions each: exact, q8_0 and a keeping setting take
-# about 13 minutes on Gemma 3 270M on two threads (docs/TUNE.md)
+# Each judge-half document cut to 8K tokens, four questions each: Gemma 3 270M's tune takes 16 minutes on
+# two threads (docs/TUNE.md)
 DOC_TOKENS = 8192
 PER_DOC = 4
+# An engine slower a token than Gemma 3 270M on two threads (2.0 ms a token over PROBE_TOKENS exact;
+# SmolLM2-135M 4.7: docs/TUNE.md) gets its documents cut as much shorter, so that its tune keeps to the
+# same time; never below MIN_DOC_TOKENS
+REFERENCE_S_PER_TOKEN = 0.0020
+PROBE_TOKENS = 2048
+MIN_DOC_TOKENS = 2048
+
+
+def seconds_per_token(engine) -> float:
+    """This engine's exact prefill time a token, on PROBE_TOKENS of the shipped prose (a short decode
+    first: the context's one-off set-up is not a token's cost)."""
+    from ..corpus import corpus_texts
+
+    tokens = engine.tokenize(" ".join(corpus_texts()))[:min(PROBE_TOKENS, engine.n_ctx - 64)]
+    with engine.scratch():
+        engine.slot.prefill(tokens[:64], reuse_prefix=False)
+        engine.slot.truncate(0)
+        t0 = time.perf_counter()
+        engine.slot.prefill(tokens, reuse_prefix=False)
+        return (time.perf_counter() - t0) / len(tokens)
+
+
+def sample_tokens(s_per_token: float, budget_s: float, default_budget_s: float) -> int:
+    """How long a cut document may be for a tune of `budget_s` on an engine this fast a token."""
+    scale = REFERENCE_S_PER_TOKEN / s_per_token * budget_s / default_budget_s
+    return max(MIN_DOC_TOKENS, min(DOC_TOKENS, int(DOC_TOKENS * scale) // 256 * 256))
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Tune: the setting (split and mode, or exact) chosen by fidelity for one model, recorded beside its maps.
 
 The items (backend/tuning/documents.py): the long set's judge-half documents that the model holds, each
-cut to DOC_TOKENS, a few questions each. Exact answers every question first; llama.cpp's q8_0 K/V cache
+cut to DOC_TOKENS (shorter on an engine slower a token than Gemma 3 270M on two threads, so that the tune
+keeps to its time: `sample_tokens`), a few questions each. Exact answers every question first; llama.cpp's q8_0 K/V cache
 answers them too (the yardstick); each setting then answers them and exact's reply is teacher-forced on
 its cache (backend/tuning/fidelity.py: each document's prefill is shared by its questions).
 **The rule** (rules.py): a setting keeps replies when, on every document, its mean ΔNLL is at most 2×
@@ -27,7 +28,7 @@ from typing import Callable
 
 from ..errors import RidgeFillError
 from ..recall.run import load_results
-from .documents import DOC_TOKENS, PER_DOC, TuneDocuments, tune_documents
+from .documents import PER_DOC, TuneDocuments, sample_tokens, seconds_per_token, tune_documents
 from .fidelity import EXACT, MAX_TOKENS, FidelityRun, Setting, parse_setting
 from .fidelity_report import YARDSTICK, per_document
 from .needle_check import needle_check
@@ -80,6 +81,7 @@ class TuneResult:
     skipped: list[str] = field(default_factory=list)  # settings the budget left out
     left_out: dict[str, str] = field(default_factory=dict)
     needles: dict | None = None  # the check at the chosen setting
+    ms_per_token: float | None = None  # exact's prefill a token here (what cut the documents)
     record_path: str | None = None
 
     def brief(self) -> dict:
@@ -134,7 +136,9 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
     splits = _checked_splits(splits, info, default, runtime(engine).min_split)
     order = [parse_setting(f"{m}:{s}") for s in splits for m in (modes or MODES)]
     budget_s = budget_s or DEFAULT_BUDGET_S
-    docs = tune_documents(engine, tail, doc_tokens or DOC_TOKENS, per_doc or PER_DOC, documents)
+    s_per_token = seconds_per_token(engine)
+    doc_tokens = doc_tokens or sample_tokens(s_per_token, budget_s, DEFAULT_BUDGET_S)
+    docs = tune_documents(engine, tail, doc_tokens, per_doc or PER_DOC, documents)
     if not docs.documents:
         raise RidgeFillError(f"no judge-half document fits this model's context to tune it on: {docs.left_out}")
     record_at = tuned.tuned_path(info)
@@ -144,7 +148,7 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
     run = _TuneRun(engine, docs, tail, settings, capture, cancel, on_progress,
                    on_note or (lambda text: log.info("tune: %s", text)), progress_path)
     run.note(f"tune {info.name}: {len(docs.documents)} documents ({sum(len(d.questions) for d in docs.documents)} "
-             f"questions, at most {doc_tokens or DOC_TOKENS:,} tokens), settings {[s.name for s in order]}, "
+             f"questions, at most {doc_tokens:,} tokens: {1000 * s_per_token:.2f} ms a token exact), settings {[s.name for s in order]}, "
              f"tail {tail}, budget {budget_s:.0f} s")
     try:
         run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is measured
@@ -157,9 +161,9 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
     chosen = next((c for c in candidates if c.setting == f"{mode}:{split}"), None)
     check = run.needles(chosen) if needles and chosen is not None else None
     result = TuneResult(info.name, split, tail, mode, candidates, why, docs.tokens,
-                        sum(len(d.questions) for d in docs.documents), doc_tokens or DOC_TOKENS,
+                        sum(len(d.questions) for d in docs.documents), doc_tokens,
                         round(time.perf_counter() - t_start, 1), budget_s, [s.name for s in skipped],
-                        docs.left_out, check)
+                        docs.left_out, check, round(1000 * s_per_token, 3))
     if record:
         result.record_path = str(tuned.write_tuned(info, result.record()))
         for path in (progress_path, progress_path.with_suffix(".needles.jsonl")):
