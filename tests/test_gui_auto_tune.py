@@ -106,6 +106,7 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         qtbot.waitUntil(lambda: getattr(w.controls, "maps_status", None) == "verified", timeout=60_000)
         qtbot.wait(300)
         assert len(tunes) == 3 and w.controls.untuned_label.isHidden() and w.controls.tuned_label.isVisible()
+        assert not w.controls.toggle.isChecked() and w.controls.mode() == "off"  # tune chose exact: it runs exact
     finally:
         for w in windows:
             w.shutdown()

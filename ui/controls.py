@@ -64,6 +64,7 @@ class RidgeFillControls(QGroupBox):
     def _build_widgets(self) -> None:
         self.toggle = QCheckBox("Skip late layers for bulk rows (RidgeFill)")
         self.toggle.setChecked(True)
+        self.exact_by_default = False  # the shown model's tune chose exact (set_model)
         self.mode_box = QComboBox()
         for mode in RIDGEFILL_MODES:
             self.mode_box.addItem(MODE_LABELS.get(mode, mode), mode)
@@ -153,7 +154,8 @@ class RidgeFillControls(QGroupBox):
             if self.mode_box.findData(mode) >= 0:
                 self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
             self.mode_box.blockSignals(False)
-            if mode == "off":  # tune chose exact for this model: RidgeFill stays one click away, switched off
+            self.exact_by_default = mode == "off"  # tune chose exact: RidgeFill stays one click away, switched off
+            if self.exact_by_default:
                 self.toggle.setChecked(False)
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
