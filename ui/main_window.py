@@ -134,7 +134,7 @@ class MainWindow(QMainWindow):
 
     def _show_saved_state(self) -> None:
         """The saved toggles, the latest conversation, and the engine's state if it already runs."""
-        self.controls.toggle.setChecked(self.settings.ridgefill_on)
+        self.controls.toggle.setChecked(self.settings.ridgefill_on and not self.controls.exact_by_default)
         self.controls.compare.setChecked(self.settings.compare_exact)
         if self.settings.first_start:  # the embedded models are for trying the app: show what it recommends
             self.tabs.setCurrentWidget(self.models)
