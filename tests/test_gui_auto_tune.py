@@ -99,7 +99,7 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         write_tuned(read_model_header(tiny), {"split": 2, "tail": 64, "mode": "off", "chosen_by": "test"})
         tunes[2].callbacks["on_done"](TuneDone(2, EXACT_SUMMARY, {"mode": "off"}, "record.json"))
         assert w.controls.untuned_label.isHidden() and w.controls.fit_bar.isHidden()
-        assert w.controls.tuned_label.text() == "Tuned: exact (no RidgeFill setting kept this model's replies)"
+        assert w.controls.tuned_label.text() == f"Tuned: {EXACT_SUMMARY}"
         w.shutdown()
 
         w = start(split=2)  # a record exists: no "untuned", no tune

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from backend.tuning import tune
 from backend.tuning.documents import DOC_TOKENS, MIN_DOC_TOKENS, REFERENCE_S_PER_TOKEN, TuneDocuments, answer_at, sample_tokens, spread
 from backend.tuning.fidelity import parse_setting
@@ -79,7 +81,8 @@ def test_none_keeping_chooses_exact_and_a_refused_setting_is_never_chosen():
     assert s11.keeps and s11.refused.startswith("it gains nothing")  # 1.02x exact's speed
     assert measured[3].refused.startswith("it gains nothing") and len(measured) == 4
     split, mode, why = tune.choose(measured, 11)
-    assert mode == "off" and split == 11 and why.startswith("no setting measured kept")
+    assert mode == "off" and split == 11 and why.startswith("no setting both kept")
+    assert "departed from exact's replies: speed:5" in why and "kept them but refused: guided:5" in why
 
 
 def test_the_budget_leaves_settings_out_and_a_resumed_setting_costs_nothing():
@@ -110,3 +113,13 @@ def test_a_slower_engine_or_a_smaller_budget_gets_shorter_documents_never_below_
     assert sample_tokens(2 * ref, 1080, 1080) == DOC_TOKENS // 2  # twice as slow a token: half as long
     assert sample_tokens(ref, 540, 1080) == DOC_TOKENS // 2  # half the budget: the same
     assert sample_tokens(100 * ref, 1080, 1080) == MIN_DOC_TOKENS
+
+
+def test_a_resumed_tune_cuts_its_documents_as_the_stopped_one_did(tmp_path):
+    record_at = tmp_path / "model-key.json"
+    record_at.with_suffix(".sample.json").write_text('{"doc_tokens": 3328, "ms_per_token": 4.9}', encoding="utf-8")
+    kept = tune._Sample.of(None, record_at, None, 1080.0)  # no engine: the probe must not run again
+    assert (kept.doc_tokens, kept.ms_per_token) == (3328, 4.9)
+    record_at.with_suffix(".sample.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(AttributeError):  # unreadable: probed again (here there is no engine to probe)
+        tune._Sample.of(None, record_at, None, 1080.0)

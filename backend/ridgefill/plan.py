@@ -23,6 +23,7 @@ from .departures import document_key
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .runtime import runtime
+from .tuned import EXACT_SUMMARY
 
 
 # RidgeFill with layers offloaded reads and writes the device's tensors through ggml's backend API
@@ -138,7 +139,7 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
         return ExactPrefill()
     mode = default_mode(engine.info) if request.mode == MODEL_DEFAULT else request.mode
     if mode == "off":  # tune chose exact for this model
-        return ExactPrefill("tuned: exact (no RidgeFill setting kept this model's replies)")
+        return ExactPrefill(f"tuned: {EXACT_SUMMARY}")
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)

@@ -18,7 +18,8 @@ from backend.private_files import private_dir, write_text_private
 from backend.user_paths import maps_dir
 
 TUNED_DIR = "tuned"
-EXACT_SUMMARY = "exact (no RidgeFill setting kept this model's replies)"  # a record whose mode is "off"
+# a record whose mode is "off": its settings departed from exact's replies, or kept them and gained nothing
+EXACT_SUMMARY = "exact (no RidgeFill setting both kept this model's replies and ran faster)"
 RECORD_VERSION = 2  # 2: chosen by fidelity (a record of 1, chosen by needles, counts as untuned)
 
 

@@ -61,7 +61,11 @@ def tune_documents(engine, tail: int, doc_tokens: int = DOC_TOKENS, per_doc: int
     for doc in long_set(JUDGE):
         if names and doc.name not in names:
             continue
-        cut = _cut(engine, doc, room)
+        try:
+            cut = _cut(engine, doc, room)
+        except DocumentError as exc:
+            left_out[doc.name] = str(exc)
+            continue
         questions = spread([q for q in doc.questions if 0 <= answer_at(doc.text, q) < len(cut.text)], per_doc)
         if not questions:
             left_out[doc.name] = f"no question's answer lies in its first {room:,} tokens"
@@ -80,7 +84,9 @@ def answer_at(text: str, q: DocumentQuestion) -> int:
     """Where the question's answer first lies in `text` (after its `after`, where given); -1: nowhere."""
     if not q.answers:
         return -1
-    start = max(0, text.find(q.after)) if q.after else 0
+    start = text.find(q.after) if q.after else 0
+    if start < 0:  # the anchor was cut away: the answer asked lies beyond it
+        return -1
     at = text.find(q.answers[0], start)
     return at if at >= 0 else text.lower().find(q.answers[0].lower(), start)
 

@@ -30,8 +30,12 @@ def needle_check(engine, mode: str, split: int, tail: int, out: Path, cancel: Ca
     for m, s in (("off", None), (mode, split)):
         stage = "needle check: exact" if m == "off" else f"needle check: {mode}:{split}"
         progress = (lambda p, stage=stage: on_progress(stage, p.done, p.total)) if on_progress else None
-        rows[m] = {r["id"]: bool(r["correct"]) for r in run_recall(engine, items, [m], s, tail, out, cancel=cancel,
-                                                                   on_progress=progress)}
+        try:
+            lines = run_recall(engine, items, [m], s, tail, out, cancel=cancel, on_progress=progress)
+        except RidgeFillError as exc:  # the check must not cost the choice it checks (Cancelled goes up)
+            note(f"needle check not run: {exc}")
+            return {"skipped": str(exc)}
+        rows[m] = {r["id"]: bool(r["correct"]) for r in lines}
     exact, ours = rows["off"], rows[mode]
     n, exact_correct = len(items), sum(exact.values())
     lost = sum(1 for i, right in exact.items() if right and not ours.get(i))

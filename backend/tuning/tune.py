@@ -107,11 +107,14 @@ def _brief(c: Candidate) -> dict:
 
 def choose(candidates: list[Candidate], default_split: int) -> tuple[int, str, str]:
     """(split, mode, why): the first candidate (in measuring order) that keeps replies and is not refused;
-    none: exact at the default split."""
+    none: exact at the default split, and why (they departed, or kept replies but were refused)."""
     best = next((c for c in candidates if c.keeps and not c.refused), None)
     if best is None:
-        tried = ", ".join(c.setting for c in candidates) or "none"
-        return default_split, EXACT, f"no setting measured kept exact's replies on every document ({tried}): exact"
+        departed = [c.setting for c in candidates if not c.keeps]
+        refused = [f"{c.setting} ({c.refused})" for c in candidates if c.keeps]
+        parts = ([f"departed from exact's replies: {', '.join(departed)}"] if departed else []) + \
+                ([f"kept them but refused: {', '.join(refused)}"] if refused else [])
+        return default_split, EXACT, f"no setting both kept exact's replies and ran faster ({'; '.join(parts) or 'none measured'}): exact"
     w = best.worst
     return best.split, best.mode, (f"the fastest setting that keeps exact's replies on every document: {best.setting}, "
                                    f"worst {w['document']} at {w['ratio']:.1f}× q8_0's, {best.ratio:.2f}× exact's speed")
@@ -125,31 +128,31 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
              on_note: Callable[[str], None] | None = None,
              cancel: Callable[[], bool] | None = None) -> TuneResult:
     """Measure the settings on `engine` and record the choice (see the module doc). `documents`: only
-    these judge-half documents (tests). Raises Cancelled between questions; a rerun resumes."""
+    these judge-half documents (tests). Raises Cancelled between questions; a rerun resumes. Writes no
+    record when the budget left no setting measured (the lines stay for a rerun)."""
     from ..ridgefill import defaults, tuned
     from ..ridgefill.runtime import runtime
 
     t_start = time.perf_counter()
     info = engine.info
+    record_at = tuned.tuned_path(info)
+    if record_at is None:
+        raise RidgeFillError("this model's header does not say enough to key a tuned record")
     default = defaults.default_split(info, tuned=False)  # the measured default, never an earlier tune's
     tail = defaults.tail_or_default(info, tail)
     splits = _checked_splits(splits, info, default, runtime(engine).min_split)
     order = [parse_setting(f"{m}:{s}") for s in splits for m in (modes or MODES)]
     budget_s = budget_s or DEFAULT_BUDGET_S
-    s_per_token = seconds_per_token(engine)
-    doc_tokens = doc_tokens or sample_tokens(s_per_token, budget_s, DEFAULT_BUDGET_S)
-    docs = tune_documents(engine, tail, doc_tokens, per_doc or PER_DOC, documents)
+    sample = _Sample.of(engine, record_at, doc_tokens, budget_s)
+    docs = tune_documents(engine, tail, sample.doc_tokens, per_doc or PER_DOC, documents)
     if not docs.documents:
         raise RidgeFillError(f"no judge-half document fits this model's context to tune it on: {docs.left_out}")
-    record_at = tuned.tuned_path(info)
-    if record_at is None:
-        raise RidgeFillError("this model's header does not say enough to key a tuned record")
-    progress_path = record_at.with_suffix(f".{_run_key(docs, tail)}.jsonl")
     run = _TuneRun(engine, docs, tail, settings, capture, cancel, on_progress,
-                   on_note or (lambda text: log.info("tune: %s", text)), progress_path)
-    run.note(f"tune {info.name}: {len(docs.documents)} documents ({sum(len(d.questions) for d in docs.documents)} "
-             f"questions, at most {doc_tokens:,} tokens: {1000 * s_per_token:.2f} ms a token exact), settings {[s.name for s in order]}, "
-             f"tail {tail}, budget {budget_s:.0f} s")
+                   on_note or (lambda text: log.info("tune: %s", text)),
+                   record_at.with_suffix(f".{_run_key(docs, tail)}.jsonl"))
+    run.note(f"tune {info.name}: {len(docs.documents)} documents ({run.questions} questions, at most "
+             f"{sample.doc_tokens:,} tokens: {sample.ms_per_token:.2f} ms a token exact), settings "
+             f"{[s.name for s in order]}, tail {tail}, budget {budget_s:.0f} s")
     try:
         run.fetch_maps(splits[0])  # a capture (once per model) happens before anything is measured
         t_measure = time.perf_counter()
@@ -160,16 +163,42 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
     split, mode, why = choose(candidates, default)
     chosen = next((c for c in candidates if c.setting == f"{mode}:{split}"), None)
     check = run.needles(chosen) if needles and chosen is not None else None
-    result = TuneResult(info.name, split, tail, mode, candidates, why, docs.tokens,
-                        sum(len(d.questions) for d in docs.documents), doc_tokens,
+    result = TuneResult(info.name, split, tail, mode, candidates, why, docs.tokens, run.questions, sample.doc_tokens,
                         round(time.perf_counter() - t_start, 1), budget_s, [s.name for s in skipped],
-                        docs.left_out, check, round(1000 * s_per_token, 3))
-    if record:
+                        docs.left_out, check, sample.ms_per_token)
+    if record and candidates:
         result.record_path = str(tuned.write_tuned(info, result.record()))
-        for path in (progress_path, progress_path.with_suffix(".needles.jsonl")):
-            path.unlink(missing_ok=True)  # recorded: nothing left to resume
+        for path in record_at.parent.glob(f"{record_at.stem}.*"):
+            if path != record_at:
+                path.unlink(missing_ok=True)  # recorded: nothing left to resume
+    elif record:
+        why = "the budget left no setting measured after exact and q8_0: nothing recorded; rerun to resume"
     run.note(f"chosen: {'exact' if mode == EXACT else f'{mode} at S = {split}'} ({why})")
     return result
+
+
+@dataclass
+class _Sample:
+    """How long the cut documents are, and the probe that said so: kept beside the record until it is
+    written, so that a resumed tune cuts them as the stopped one did (the probe varies a few percent)."""
+    doc_tokens: int
+    ms_per_token: float
+
+    @classmethod
+    def of(cls, engine, record_at: Path, doc_tokens: int | None, budget_s: float) -> "_Sample":
+        kept = record_at.with_suffix(".sample.json")
+        try:
+            old = json.loads(kept.read_text(encoding="utf-8"))
+            if doc_tokens is None and isinstance(old.get("doc_tokens"), int):
+                return cls(old["doc_tokens"], float(old["ms_per_token"]))
+        except (OSError, ValueError, TypeError, AttributeError, KeyError):
+            pass  # none kept, or unreadable: probe again
+        s_per_token = seconds_per_token(engine)
+        sample = cls(doc_tokens or sample_tokens(s_per_token, budget_s, DEFAULT_BUDGET_S), round(1000 * s_per_token, 3))
+        if doc_tokens is None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(asdict(sample)), encoding="utf-8")
+        return sample
 
 
 def _run_key(docs: TuneDocuments, tail: int) -> str:
@@ -208,6 +237,7 @@ class _TuneRun:
     warmed: set[int] = field(default_factory=set)  # splits whose maps and weights are loaded
     q8_engine: object = None
     exact_s: float = 0.0  # exact's measuring time: a setting's estimate until one is measured
+    resumed_s: float = 0.0  # the references' seconds a stopped run spent (its kept lines)
 
     def __post_init__(self):
         self.fidelity = FidelityRun(self._engine_for, Path(self.engine.info.path).name, self.lines_path,
@@ -249,16 +279,22 @@ class _TuneRun:
                                             engine=self.engine, capture=self.capture,
                                             on_progress=self.on_progress, on_note=self.note, cancel=self.cancel).how
 
+    def _seconds(self, which: Callable[[dict], bool]) -> float:
+        """The measuring seconds the kept lines of `which` took (a resumed run counts a stopped one's)."""
+        return sum(r.get("seconds") or 0.0 for r in self._lines() if which(r))
+
     def measure_references(self) -> None:
         """Exact's replies, and the yardstick's (q8_0) distance from them, on every document."""
         t0 = time.perf_counter()
+        kept_exact = self._seconds(lambda r: r["setting"] == EXACT)
+        self.resumed_s = kept_exact + self._seconds(lambda r: r["setting"] == YARDSTICK)
         for name, stage in ((EXACT, "exact"), (YARDSTICK, "q8_0 (the yardstick)")):
             setting = parse_setting(name)
             self._begin(stage, setting)
             for doc in self.docs.documents:
                 self.fidelity.document(doc, setting)
             if name == EXACT:
-                self.exact_s = time.perf_counter() - t0
+                self.exact_s = time.perf_counter() - t0 + kept_exact
         self.close()
         self.note(f"exact and q8_0 answered {self.questions} questions in {time.perf_counter() - t0:.0f} s")
 
@@ -266,8 +302,9 @@ class _TuneRun:
                          t_measure: float) -> tuple[list[Candidate], list[Setting]]:
         """(measured, skipped): in order until one keeps replies or the budget would be passed."""
         measured: list[Candidate] = []
+        before = self._seconds(lambda r: r["setting"] not in (EXACT, YARDSTICK))  # a stopped run's settings
         for i, setting in enumerate(order):
-            spent = time.perf_counter() - t_measure
+            spent = time.perf_counter() - t_measure + before + self.resumed_s
             estimate = max([c.seconds for c in measured] + [self.exact_s])
             if spent + estimate > budget_s and not self._all_done(setting):
                 self.note(f"budget: {spent:.0f} s spent, a setting takes up to {estimate:.0f} s: "

@@ -200,10 +200,10 @@ def _tuned_template() -> dict:
     """A tuned record as `tune` writes it for TUNED_MODEL (backend/ridgefill/tuned.py)."""
     from backend.ridgefill.tuned import RECORD_VERSION, model_key
 
-    chosen = {"split": 12, "keeps": True, "bulk_correct": 12, "exact_correct": 12, "n": 12, "ratio": 1.4,
-              "real": {"correct": 6, "exact_correct": 7, "n": 32}}
-    return {"record_version": RECORD_VERSION, "model_key": model_key(TUNED_MODEL), "split": 12,
-            "candidates": [chosen], "ttft_length": 4096, "chosen_by": "recall"}
+    docs = [{"document": "a.txt", "n": 4, "dnll": 0.01, "q8_abs": 0.02, "ratio": 0.5, "within": True}]
+    chosen = {"setting": "speed:12", "mode": "speed", "split": 12, "keeps": True, "ratio": 1.4, "documents": docs}
+    return {"record_version": RECORD_VERSION, "model_key": model_key(TUNED_MODEL), "split": 12, "mode": "speed",
+            "candidates": [chosen], "chosen_by": "fidelity"}
 
 
 MANIFEST_TEMPLATE = {"format": "ridgefill-maps", "format_version": 1, "split": 2, "n_layer": 4, "d_in": 8, "d_out": 8,
