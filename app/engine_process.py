@@ -143,8 +143,9 @@ class EngineProcess:
         if self._state == "new":
             self.start()
         tid = next(self._ids)
+        task.id = tid
+        self.tasks.add(task)  # before bind: a cancel asked before the submit goes out now, and needs it pending
         task.bind(tid, lambda: self.cancel(tid))
-        self.tasks.add(task)
         if self._state != "running":
             why = self._fatal.message if self._fatal else "the engine is shut down"
             self._outbox.append(TaskFailed(tid, "EngineError", f"The engine is not running: {why}"))
