@@ -188,9 +188,10 @@ STATUS_EVERY_S = 0.5  # the document's state (tokens, share exact) is sent at mo
 class _CancelBook:
     """The child's view of the cancel queue: the ids asked to stop, read only when a handler checks."""
 
-    def __init__(self, cancels):
+    def __init__(self, cancels, busy=None):
         self._queue = cancels
         self._ids: set[int] = set()
+        self.busy = busy or (lambda: False)  # whether other work waits: a task that yields stops for it
 
     def is_cancelled(self, task_id: int) -> bool:
         while True:
@@ -241,8 +242,10 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HAN
         events.put(TaskCancelled(tid, "cancelled before it started"))
         return False, None
 
+    yields = getattr(task.payload, "yields", False)  # a background task (the tune started by itself)
+
     def cancel() -> bool:
-        return book.is_cancelled(tid)
+        return book.is_cancelled(tid) or (yields and book.busy())
 
     def on_event(ev) -> None:
         events.put(TaskEvent(tid, ev))
@@ -375,7 +378,7 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
         events.put(EngineFatal(type(exc).__name__, f"the engine could not start: {exc}"))
         return
     events.put(EngineStarted(_ready(engine, time.perf_counter() - t0)))
-    book = _CancelBook(cancels)
+    book = _CancelBook(cancels, busy=lambda: not tasks.empty() or idle.work.pending)
     idle = _IdleLoop(engine, settings, events)
     warmed = not settings.warm_up
     while True:

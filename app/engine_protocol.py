@@ -154,6 +154,7 @@ class TuneRequest:
     per_doc: int | None = None  # questions a document (None: the tune's default)
     documents: list[str] | None = None  # only these judge-half documents (tests)
     needles: bool = True  # the needle check beside the choice
+    yields: bool = False  # started by itself: it gives way (ends cancelled) to any task or idle work waiting
     capture_tokens: int | None = None
     cache_root: str | None = None
 

@@ -44,11 +44,14 @@ def observe_tunes(service) -> list[SubmittedTune]:
     return tunes
 
 
-def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, tmp_path):
+def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, tmp_path, monkeypatch):
     from app.settings import Settings
     from backend.model_file import read_model_header
     from backend.ridgefill.tuned import EXACT_SUMMARY, write_tuned
 
+    import ui.maps_tasks
+
+    monkeypatch.setattr(ui.maps_tasks, "RESUME_MS", 50)  # a tune that gave way looks again at once
     tiny = str(write_tiny_gguf(tmp_path / NAME, "llama", n_layer=4))
     service = start_service(tiny, n_ctx=512)
     windows = []
@@ -83,6 +86,11 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         w = start(split=2)
         qtbot.waitUntil(lambda: len(tunes) == 2, timeout=60_000)
         assert w.controls.fit_bar.format().startswith("tuning by itself") and w.controls.untuned_label.isVisible()
+        assert tunes[1].request.yields  # by itself, it gives way to other work
+        tunes[1].callbacks["on_cancelled"]("tune cancelled")  # the engine ended it: a question came
+        assert "gave way" in w.controls.maps_reasons.text() and not w.settings.auto_tune_off
+        qtbot.waitUntil(lambda: len(tunes) == 3, timeout=5_000)  # and it starts again once the engine is free
+        tunes.pop(1)
         w.controls.fit_cancel.click()
         qtbot.waitUntil(lambda: w.controls.fit_bar.isHidden(), timeout=10_000)
         assert tunes[1].cancelled and w.settings.auto_tune_off == [NAME]

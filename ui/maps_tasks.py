@@ -4,18 +4,23 @@ Tune (one long task at a time: both use the engine), with progress, the time lef
 While the shown model's split is a guess (app/model_tuning.py), the tune starts by itself once its maps
 exist: after Get maps, and at each start until a record exists (the backend resumes the partial results it
 keeps on disk). A tune the user cancels no longer starts by itself for that model (Settings.auto_tune_off);
-"Tune for this model" always runs."""
+"Tune for this model" always runs. Started by itself, it gives way to a question or the idle work
+(the engine ends it, cancelled) and starts again once the engine is free."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.engine_client import EngineClient, TaskHandle
 from app.engine_protocol import GetMapsRequest, MapsStatus, MapsStatusRequest, StageNote, TaskKind, TuneDone, TuneRequest
 from backend.eta import Eta
 from backend.protocol import ProgressEvent
 from ui.controls import RidgeFillControls
+
+
+RESUME_MS = 30_000  # how often a tune that gave way looks whether the engine is free again
 
 
 class MapsTasks(QObject):
@@ -34,6 +39,7 @@ class MapsTasks(QObject):
         self.untuned = ""  # the shown model's guess note while its split is a guess (show_tuning writes it)
         self.auto_tried: set[str] = set()  # models whose tune started by itself this session: once each
         self._cancel_asked = False  # the user pressed Cancel (not a shutdown's cancel)
+        self._by_itself = False  # the running tune started by itself (it gives way to other work)
         self.capture_tokens: int | None = None  # bound a first capture (tests); None: the whole corpus
         self.tune_request = TuneRequest()  # what "Tune for this model" measures (tests make it small)
         controls.split_settled.connect(self.check)
@@ -84,7 +90,9 @@ class MapsTasks(QObject):
         if self.long_task is not None:
             return
         self._start("tuning: measuring candidate settings…", "tuning by itself · " if by_itself else "tuning · ")
-        self.long_task = self.service.submit(TaskKind.TUNE, self.tune_request, owner=self, on_event=self._on_event,
+        self._by_itself = by_itself
+        req = replace(self.tune_request, yields=by_itself)  # by itself, it gives way to questions and idle work
+        self.long_task = self.service.submit(TaskKind.TUNE, req, owner=self, on_event=self._on_event,
                                              on_done=self._tuned, on_failed=lambda _type, message: self._ended(message),
                                              on_cancelled=self._tune_cancelled)
 
@@ -97,6 +105,17 @@ class MapsTasks(QObject):
                 or name in self.settings.auto_tune_off or name in self.auto_tried):
             return
         self.auto_tried.add(name)
+        self.tune(by_itself=True)
+
+    def _resume_by_itself(self) -> None:
+        """The tune that gave way, again once the engine is free (its kept lines make this cheap)."""
+        name = self._model_name()
+        if (self.long_task is not None or not self.untuned or name is None or self.controls.showing_remote()
+                or name in self.settings.auto_tune_off):
+            return
+        if self.service.busy:
+            QTimer.singleShot(RESUME_MS, self, self._resume_by_itself)
+            return
         self.tune(by_itself=True)
 
     def show_tuning(self, tuned_line: str, untuned: str) -> None:
@@ -148,6 +167,10 @@ class MapsTasks(QObject):
 
     def _tune_cancelled(self, message: str) -> None:
         name = self._model_name()
+        if self._by_itself and not self._cancel_asked:  # it gave way to other work: it resumes once that is done
+            QTimer.singleShot(RESUME_MS, self, self._resume_by_itself)
+            self._ended("The tune gave way to other work; it goes on when the engine is free.")
+            return
         if self._cancel_asked and name is not None and name not in self.settings.auto_tune_off:
             self.settings.auto_tune_off = [*self.settings.auto_tune_off, name]  # saved with the settings at quit
             message += " The tune will not start by itself again for this model; “Tune for this model” runs it."
