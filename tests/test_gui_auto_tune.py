@@ -108,6 +108,7 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         tunes[2].callbacks["on_done"](TuneDone(2, EXACT_SUMMARY, {"mode": "off"}, "record.json"))
         assert w.controls.untuned_label.isHidden() and w.controls.fit_bar.isHidden()
         assert w.controls.tuned_label.text() == f"Tuned: {EXACT_SUMMARY}"
+        assert not w.controls.toggle.isChecked() and w.controls.mode() == "off"  # exact from now on
         w.shutdown()
 
         w = start(split=2)  # a record exists: no "untuned", no tune
@@ -115,6 +116,9 @@ def test_the_tune_runs_by_itself_reports_resumes_and_cancel_turns_it_off(qtbot, 
         qtbot.wait(300)
         assert len(tunes) == 3 and w.controls.untuned_label.isHidden() and w.controls.tuned_label.isVisible()
         assert not w.controls.toggle.isChecked() and w.controls.mode() == "off"  # tune chose exact: it runs exact
+        assert Settings.load().ridgefill_on  # the saved switch was not turned off for every model
+        w.controls.set_default_mode("speed")  # another model: RidgeFill on again, in its mode
+        assert w.controls.toggle.isChecked() and w.controls.mode() == "speed"
     finally:
         for w in windows:
             w.shutdown()

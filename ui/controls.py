@@ -145,18 +145,23 @@ class RidgeFillControls(QGroupBox):
         self.fit_cancel.clicked.connect(self.cancel_fit)
 
     # -- model --
+    def set_default_mode(self, mode: str) -> None:
+        """The mode the shown model runs by default: a RidgeFill mode in the box, or "off" (its tune chose
+        exact: RidgeFill stays one click away, switched off; switched on again for the next model)."""
+        self.mode_box.blockSignals(True)
+        if self.mode_box.findData(mode) >= 0:
+            self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
+        self.mode_box.blockSignals(False)
+        was_exact, self.exact_by_default = self.exact_by_default, mode == "off"
+        if self.exact_by_default or was_exact:
+            self.toggle.setChecked(not self.exact_by_default)
+
     def set_model(self, n_layer: int, split: int, tail: int, min_tail: int, mode: str | None) -> None:
         """The model's layers, the split and tail to show (its defaults or the user's saved values) and
         the mode it runs by default (None: unchanged)."""
         self.n_layer = n_layer
         if mode is not None:
-            self.mode_box.blockSignals(True)
-            if self.mode_box.findData(mode) >= 0:
-                self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
-            self.mode_box.blockSignals(False)
-            self.exact_by_default = mode == "off"  # tune chose exact: RidgeFill stays one click away, switched off
-            if self.exact_by_default:
-                self.toggle.setChecked(False)
+            self.set_default_mode(mode)
         self.tail_spin.setMinimum(min_tail)
         self.slider.blockSignals(True)
         self.slider.setRange(1, max(1, n_layer - 1))

@@ -339,7 +339,8 @@ class MainWindow(QMainWindow):
             return
         self._shut = True
         s = self.settings
-        s.ridgefill_on = self.controls.toggle.isChecked()
+        if not self.controls.exact_by_default:  # a model whose tune chose exact does not turn RidgeFill off for all
+            s.ridgefill_on = self.controls.toggle.isChecked()
         s.compare_exact = self.controls.compare.isChecked()
         if self.controls.model_defaults is not None:  # a value left at the model's default is saved as 0
             s.split, s.tail = self.controls.asked_split() or 0, self.controls.asked_tail() or 0

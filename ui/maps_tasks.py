@@ -162,6 +162,8 @@ class MapsTasks(QObject):
         if self.controls.model_defaults is not None:  # the tuned split is this model's default from now on
             self.controls.model_defaults = (res.split, self.controls.model_defaults[1])
         self.controls.slider.setValue(res.split)
+        if res.result.get("mode"):  # the tuned mode (or exact) runs from now on, as after a restart
+            self.controls.set_default_mode(res.result["mode"])
         self.check(res.split)
         self.models.refresh()
 
