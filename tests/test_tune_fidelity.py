@@ -123,3 +123,12 @@ def test_a_resumed_tune_cuts_its_documents_as_the_stopped_one_did(tmp_path):
     record_at.with_suffix(".sample.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(AttributeError):  # unreadable: probed again (here there is no engine to probe)
         tune._Sample.of(None, record_at, None, 1080.0)
+
+
+def test_a_setting_is_estimated_on_every_document_from_the_slowest_so_far():
+    run = _run(FakeFidelity({}, {}))
+    run.exact_s = 300.0
+    assert run._estimate([]) == 300.0  # none measured: exact's time
+    stopped = tune.Candidate("speed:5", "speed", 5, [{"document": "a.txt"}], False, 2.0, seconds=20.0)
+    whole = tune.Candidate("speed:11", "speed", 11, [{"document": d} for d in DOCS], True, 1.5, seconds=90.0)
+    assert run._estimate([stopped]) == 60.0 and run._estimate([stopped, whole]) == 90.0  # 20 s a document x 3

@@ -13,8 +13,8 @@ first), and the first setting that keeps every document, ran its own mode and is
 default, and the record says why. Needles in the bulk, exact against the chosen setting, are a check
 beside it: reported, never a vote.
 The budget bounds the measuring: exact and q8_0 always run; a setting is not started when the time spent
-plus the slowest setting so far (exact's time before any) would pass it. The run's lines are kept per
-model until its record is written, so a tune stopped or cancelled resumes where it was.
+plus the slowest setting so far on every document (extrapolated; exact's time before any) would pass it.
+The run's lines are kept per model until its record is written, so a tune stopped or cancelled resumes.
 """
 from __future__ import annotations
 
@@ -305,7 +305,7 @@ class _TuneRun:
         before = self._seconds(lambda r: r["setting"] not in (EXACT, YARDSTICK))  # a stopped run's settings
         for i, setting in enumerate(order):
             spent = time.perf_counter() - t_measure + before + self.resumed_s
-            estimate = max([c.seconds for c in measured] + [self.exact_s])
+            estimate = self._estimate(measured)
             if spent + estimate > budget_s and not self._all_done(setting):
                 self.note(f"budget: {spent:.0f} s spent, a setting takes up to {estimate:.0f} s: "
                           f"{[s.name for s in order[i:]]} not measured")
@@ -315,6 +315,13 @@ class _TuneRun:
             if c.keeps and not c.refused:
                 return measured, []
         return measured, []
+
+    def _estimate(self, measured: list[Candidate]) -> float:
+        """A setting's time on every document: the slowest measured one's, extrapolated from the documents
+        it ran (one that departed stopped early); exact's until one is measured."""
+        n = len(self.docs.documents)
+        full = [c.seconds * n / max(1, len(c.documents)) for c in measured]
+        return max(full) if full else self.exact_s
 
     def _all_done(self, setting: Setting) -> bool:
         """Whether a resumed run holds every line of `setting` already (it costs nothing to read)."""
