@@ -129,7 +129,7 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
              cancel: Callable[[], bool] | None = None) -> TuneResult:
     """Measure the settings on `engine` and record the choice (see the module doc). `documents`: only
     these judge-half documents (tests). Raises Cancelled between questions; a rerun resumes. Writes no
-    record when the budget left no setting measured (the lines stay for a rerun)."""
+    record when the budget ended before a setting kept the replies (the lines stay for a rerun)."""
     from ..ridgefill import defaults, tuned
     from ..ridgefill.runtime import runtime
 
@@ -166,13 +166,14 @@ def run_tune(engine, *, splits: list[int] | None = None, modes: list[str] | None
     result = TuneResult(info.name, split, tail, mode, candidates, why, docs.tokens, run.questions, sample.doc_tokens,
                         round(time.perf_counter() - t_start, 1), budget_s, [s.name for s in skipped],
                         docs.left_out, check, sample.ms_per_token)
-    if record and candidates:
+    if record and candidates and (chosen is not None or not skipped):  # exact only once every setting was tried
         result.record_path = str(tuned.write_tuned(info, result.record()))
         for path in record_at.parent.glob(f"{record_at.stem}.*"):
             if path != record_at:
                 path.unlink(missing_ok=True)  # recorded: nothing left to resume
     elif record:
-        why = "the budget left no setting measured after exact and q8_0: nothing recorded; rerun to resume"
+        why = (f"the budget ended before a setting kept exact's replies ({', '.join(s.name for s in skipped)} not "
+               "measured): nothing recorded; rerun to resume, or give more --budget-s")
     run.note(f"chosen: {'exact' if mode == EXACT else f'{mode} at S = {split}'} ({why})")
     return result
 
