@@ -45,12 +45,14 @@ def build_request(conv: Conversation, question: str, *, mode: str, split: int | 
                   **over) -> CompletionRequest:
     """The request that asks `question` next; split and tail only with RidgeFill on. `over` sets any other
     CompletionRequest field (reuse_prefix=False for a compare run). The documents go with it: the answer
-    comes with its sources. Not `frame_documents`: the first turn holds no document text (a CountRequest
-    with documents_apart, framed by the engine child: nothing here copies a large document)."""
+    comes with its sources. Not `frame_documents`: the first turn holds no document text and the request says
+    so (unframed_documents): the engine child or the remote client frames them in (backend.documents.framed),
+    so nothing here copies a large document."""
     on = mode != "off"
+    texts = document_texts(conv) or None
     req = CompletionRequest(messages=history(conv, question, frame_documents), max_tokens=max_tokens, mode=mode,
-                            split=split if on else None, tail=tail if on else None,
-                            documents=document_texts(conv) or None)
+                            split=split if on else None, tail=tail if on else None, documents=texts,
+                            unframed_documents=None if frame_documents else texts)
     for k, v in over.items():
         setattr(req, k, v)
     return req

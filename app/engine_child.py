@@ -264,6 +264,21 @@ def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HAN
     return False, None
 
 
+def _framed(task: TaskMessage, events) -> TaskMessage | None:
+    """A completion whose documents came apart from its turns, with them framed in: here, so the GUI thread
+    never copies their text; None, the task failed, when they cannot be (an empty document)."""
+    if not getattr(task.payload, "unframed_documents", None):
+        return task
+    from backend.documents import framed
+    from backend.errors import RidgeFillError
+
+    try:
+        return TaskMessage(task.id, task.kind, framed(task.payload))
+    except RidgeFillError as exc:
+        events.put(TaskFailed(task.id, type(exc).__name__, str(exc)))
+        return None
+
+
 class _IdleLoop:
     """The child's idle work (backend/idle_work.py) between tasks, and the document's state sent to the
     parent as it goes (DocumentState)."""
@@ -394,5 +409,7 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
             continue
         if isinstance(task, StopEngine):
             break
-        idle.after(task, _run_task(engine, task, events, book, idle.handlers))
+        task = _framed(task, events)
+        if task is not None:
+            idle.after(task, _run_task(engine, task, events, book, idle.handlers))
     engine.close()

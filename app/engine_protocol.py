@@ -89,12 +89,11 @@ class CountRequest:
     def framed(self) -> CompletionRequest:
         """The request as counted: its documents in its first user turn, as chat_session.history puts them."""
         req = self.request
-        if not self.documents_apart or not req.documents or not req.messages:
-            return req
-        from backend.documents import document_messages  # the readers are not needed to parse a task
+        if self.documents_apart and req.unframed_documents is None:
+            req = replace(req, unframed_documents=req.documents)
+        from backend.documents import framed  # the readers are not needed to parse a task
 
-        first = document_messages(req.documents, req.messages[0].content)[0]
-        return replace(req, messages=[first, *req.messages[1:]])
+        return framed(req)
 
 
 @dataclass

@@ -44,6 +44,7 @@ from app.remote_wire import (
     split_credentials,
 )
 from app.task_stream import Task
+from backend.documents import framed
 from backend.protocol import CompletionRequest, CompletionResult, Timings, TokenEvent
 from backend.sampling import RANDOM_SEED
 
@@ -156,6 +157,7 @@ class RemoteEngine:
         where sent, and (this app's server) the sources. A stop (`cancelled`, looked at every 50 ms, headers
         or not; `on_cancel` registers a way to cut the connection at once) returns what arrived, finish_reason
         "cancelled"."""
+        request = framed(request)  # the chat sends the documents apart from the turns: framed on this job's thread
         reply = Reply(t0=time.perf_counter())
         hold = Hold()
         if on_cancel is not None:

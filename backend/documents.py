@@ -6,14 +6,14 @@ reads, and where each PDF page starts in it) and a document and a question becom
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from . import doc_pdf, document_formats as formats
 from .doc_budget import ReadBudget
 from .errors import Cancelled, DocumentError, EmptyDocumentError
-from .protocol import ChatMessage
+from .protocol import ChatMessage, CompletionRequest
 
 MAX_NOT_TEXT_SHARE = formats.MAX_NOT_TEXT_SHARE
 
@@ -70,6 +70,15 @@ def read_document_parts(path: str | Path, cancelled: Callable[[], bool] | None =
 
 def read_document(path: str | Path, cancelled: Callable[[], bool] | None = None) -> str:
     return read_document_parts(path, cancelled).text
+
+
+def framed(request: CompletionRequest) -> CompletionRequest:
+    """`request` as the model reads it: its unframed documents in its first user turn, as
+    app/chat_session.history puts them (framed already: `request` itself)."""
+    if not request.unframed_documents or not request.messages:
+        return request
+    first = document_messages(request.unframed_documents, request.messages[0].content)[0]
+    return replace(request, messages=[first, *request.messages[1:]], unframed_documents=None)
 
 
 def document_messages(documents: str | Sequence[DocumentText], question: str) -> list[ChatMessage]:

@@ -50,6 +50,11 @@ class CompletionRequest:
     # The answer comes back only once it is checked against exact's (the document refined, then the check:
     # backend/answer_check.py), with the verdict in CompletionResult.check: the server's ridgefill.check.
     wait_check: bool = False
+    # The documents (DocumentText) messages[0] leaves out, sent apart from it by reference: whoever runs the
+    # request frames them in first (backend.documents.framed), so the GUI thread sends a large document
+    # without copying it. The same list as `documents` for an answer; an exact run for comparison has these
+    # and no `documents`.
+    unframed_documents: list | None = None
 
 
 @dataclass
