@@ -157,6 +157,13 @@ def _check_shape(d) -> None:
             raise ValueError(f"message {i} has a field of the wrong type")
 
 
+_READ = "(read)"  # the writer's key of a read (read_later): never a chat's id, which _ID allows
+
+
+def _writes_of(conv_id: str | None) -> Callable[[tuple], bool]:  # the writer's keys that flush waits for
+    return (lambda key: key[0] != _READ) if conv_id is None else (lambda key: key[0] == conv_id)
+
+
 LOCK_TIMEOUT_S = 10  # another process's write takes milliseconds; past this the save fails as a disk error would
 
 
@@ -257,12 +264,12 @@ class ConversationStore:
         self._writer.put((snap.id, snap.lineage), snap, done)
 
     def pending(self, conv_id: str | None = None) -> bool:
-        """A snapshot (of `conv_id`; None: any) is waiting for the writer or being written."""
-        return self._writer.pending(None if conv_id is None else lambda key: key[0] == conv_id)
+        """A snapshot (of `conv_id`; None: any, or a removal; not a read) is waiting for the writer or being written."""
+        return self._writer.pending(_writes_of(conv_id))
 
     def flush(self, conv_id: str | None = None, timeout: float | None = None) -> bool:
         """Wait until the snapshots handed to the writer (of `conv_id`) are written; False on `timeout`."""
-        return self._writer.wait(None if conv_id is None else lambda key: key[0] == conv_id, timeout)
+        return self._writer.wait(_writes_of(conv_id), timeout)
 
     def write(self, snap: Snapshot) -> Written:
         """The documents' side files that are not there yet, then the chat file, whole under a unique temporary
@@ -323,13 +330,23 @@ class ConversationStore:
         except UnicodeDecodeError as exc:
             raise ValueError(f"the document's text file {text_file} is damaged ({exc})") from None
 
+    def read_later(self, name: str, job: Callable[[], object]) -> None:
+        """Run job() on the writer thread after what was handed to it before (a read there sees every write
+        asked before it); one under the same `name` not started yet is dropped for it. Not waited for by flush."""
+        self._writer.put((_READ, name), job)
+
     def load(self, conv_id: str) -> Conversation:
         """One conversation (its snapshots still being written are written first); OSError, or ValueError
         saying what is wrong with a damaged file."""
         self.flush(conv_id)
+        return self.read(conv_id)
+
+    def read(self, conv_id: str, read_text: Callable[[str], str] | None = None) -> Conversation:
+        """load() without waiting for the writer (its own reads); read_text(text_file): a side file's text."""
         p = self.file_of(conv_id)
         stamp = _stamp(p)
-        conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name), self.read_text)
+        conv = Conversation.from_dict(parse_object(p.read_bytes().decode("utf-8"), p.name),
+                                      read_text or self.read_text)
         conv.disk_stamp = stamp
         return conv
 
@@ -337,18 +354,19 @@ class ConversationStore:
         """Every readable conversation, newest first; a damaged file is set aside as NAME.bad-<time>
         (nothing lost, and never loaded again) and logged."""
         self.flush()
-        out = [c for c in map(self._load_or_set_aside, sorted(self.folder.glob("*.json"))) if c is not None]
-        return sorted(out, key=lambda c: c.updated, reverse=True)
+        read = (self._read_or_set_aside(p, lambda p=p: self.read(p.stem)) for p in sorted(self.folder.glob("*.json")))
+        return sorted((c for c in read if c is not None), key=lambda c: c.updated, reverse=True)
 
     def summaries(self) -> list[Summary]:
         """Each readable conversation's id, title and time, newest first, without reading its documents'
         texts; a damaged file is set aside as load_all does."""
         self.flush()
+        return self.read_summaries()
+
+    def read_summaries(self) -> list[Summary]:
+        """summaries() without waiting for the writer (the writer thread's own reads)."""
         out = [s for s in map(self._summary_or_set_aside, sorted(self.folder.glob("*.json"))) if s is not None]
         return sorted(out, key=lambda s: s.updated, reverse=True)
-
-    def _load_or_set_aside(self, p: Path) -> Conversation | None:
-        return self._read_or_set_aside(p, lambda: self.load(p.stem))
 
     def _summary_or_set_aside(self, p: Path) -> Summary | None:
         def summary() -> Summary:

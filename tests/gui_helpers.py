@@ -18,7 +18,9 @@ def wait_ready(qtbot, service: EngineClient, timeout_s: float = 240) -> None:
     qtbot.waitUntil(lambda: service.info is not None, timeout=int(timeout_s * 1000))
 
 
-def make_window(qtbot, service, *, max_tokens: int = 8, store=None, **settings):
+def make_window(qtbot, service, *, max_tokens: int = 8, store=None, read: bool = True, **settings):
+    """A window on `service`; `read`: once the chats are listed and the latest is open (both are read off the
+    GUI thread, ui/chat_loading.py), as a person sees it a moment after the start."""
     from app.conversations import ConversationStore
     from app.settings import Settings
     from ui.main_window import MainWindow
@@ -27,6 +29,8 @@ def make_window(qtbot, service, *, max_tokens: int = 8, store=None, **settings):
     w = MainWindow(s, service, store or ConversationStore(), owns_service=False)
     qtbot.addWidget(w)
     w.show()
+    if read:
+        qtbot.waitUntil(lambda: not w.chat.reading(), timeout=30_000)
     return w
 
 

@@ -1,9 +1,13 @@
-"""The GUI event loop's longest stall while a chat with a large document streams an answer (issue 65, item 2).
+"""The GUI event loop's longest stall while a chat with a large document streams an answer (issue 65, item 2),
+is sent a question (--what send: compare with exact on), or is opened from the data folder (--what open).
 
 A fake engine gives the chat panel TokenEvents as the engine child's events do (the engine is not what is
-measured); a QTimer every 10 ms records the gaps between its ticks while the answer streams and ends.
+measured); a QTimer every 10 ms records the gaps between its ticks while the answer streams and ends, from
+the click on Send to its requests handed to the engine, or from the click on a chat to its text shown.
 
     QT_QPA_PLATFORM=offscreen python -m tests.measure_chat_stall --mb 300 --seconds 4
+    QT_QPA_PLATFORM=offscreen python -m tests.measure_chat_stall --mb 300 --what send
+    QT_QPA_PLATFORM=offscreen python -m tests.measure_chat_stall --mb 300 --what open
 """
 from __future__ import annotations
 
@@ -110,11 +114,78 @@ def measure(panel, engine: FakeEngine, question: str, tokens: int = 300, every_m
     return streaming, finish
 
 
+def ticks_during(start, done, after_s: float = 0.3) -> list[float]:
+    """The gaps (ms) between a TICK_MS timer's ticks from `start()` (run by the loop, as a click is) until
+    `done()` is true, and `after_s` more (what the loop does next: the news taken in)."""
+    app = QApplication.instance()
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append((now - last[0]) * 1000)
+        last[0] = now
+
+    ticker = QTimer()
+    ticker.setInterval(TICK_MS)
+    ticker.timeout.connect(tick)
+    ticker.start()
+    QTimer.singleShot(TICK_MS // 2, start)
+    last[0] = time.perf_counter()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.2 or not done():
+        app.processEvents()
+        time.sleep(0.001)
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < after_s:
+        app.processEvents()
+        time.sleep(0.001)
+    tick()
+    ticker.stop()
+    return gaps
+
+
+def measure_send(panel, engine: FakeEngine, question: str) -> list[float]:
+    """The gaps while Send builds the question's requests (an answer and, compare with exact on, its exact
+    run) and hands them to the engine."""
+    panel.controls.compare.setEnabled(True)
+    panel.controls.compare.setChecked(True)
+    panel.input.setPlainText(question)
+    panel._count_timer.stop()
+    asked = len(engine.answers)
+    return ticks_during(panel.send, lambda: len(engine.answers) >= asked + 2)
+
+
+def measure_open(panel, store: ConversationStore, conv_id: str) -> list[float]:
+    """The gaps from the click on a saved chat to its document's text shown (and the count asked)."""
+    if hasattr(panel, "open_conversation"):
+        return ticks_during(lambda: panel.open_conversation([conv_id]),
+                            lambda: not panel.reading() and panel.conv.id == conv_id and not panel.loading)
+    return ticks_during(lambda: panel.load_conversation(store.load(conv_id)),  # before: read on the GUI thread
+                        lambda: panel.conv.id == conv_id)
+
+
+def settle(panel, seconds: float = 0.5, until=lambda: True) -> None:
+    """The panel shown and laid out, and `until()` (the writes done), before anything is measured."""
+    app = QApplication.instance()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds or (not until() and time.perf_counter() - t0 < 60):
+        app.processEvents()
+        time.sleep(0.005)
+
+
+def report(what: str, gaps: list[float]) -> str:
+    gaps = sorted(gaps)
+    return (f"{what}: {len(gaps)} ticks, longest stall {gaps[-1]:.0f} ms, "
+            f"median {gaps[len(gaps) // 2]:.0f} ms")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=float, default=300, help="the document's size in MB (generated text)")
     p.add_argument("--tokens", type=int, default=1000, help="at most this many tokens, one every 10 ms")
     p.add_argument("--seconds", type=float, default=4, help="the answer streams this long (or to its last token)")
+    p.add_argument("--what", choices=("stream", "send", "open"), default="stream",
+                   help="stream: an answer streams and ends; send: the question's Send; open: a saved chat opened")
     args = p.parse_args()
     app = QApplication.instance() or QApplication([])
     from ui.chat_panel import ChatPanel
@@ -129,11 +200,22 @@ def main() -> None:
         panel.resize(900, 700)
         panel.show()
         conv = Conversation(title="big", documents=[Document("big.txt", text)])
+        if args.what == "open":
+            store.save(conv)  # on disk, as a chat saved before; a new chat shown
+            settle(panel)
+            print(f"document {len(text) / 1e6:.0f} MB, " + report("opening the chat",
+                                                                  measure_open(panel, store, conv.id)))
+            return panel.shutdown()
         panel.load_conversation(conv)
         panel.save()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 30 and getattr(panel, "saves_pending", lambda: False)():
             app.processEvents()  # the document's first write, before the measurement
+        if args.what == "send":
+            settle(panel)
+            print(f"document {len(text) / 1e6:.0f} MB, " + report(
+                "Send (compare with exact on)", measure_send(panel, engine, "What is the daily limit?")))
+            return panel.shutdown()
         streaming, finish = measure(panel, engine, "What is the daily limit?", tokens=args.tokens,
                                     seconds=args.seconds)
         panel.shutdown()

@@ -23,7 +23,7 @@ class ChatCount:
                 self._task_count.cancel()
                 self._task_count = None
             return self._update_buttons()
-        if not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
+        if self.loading or not self.conv.documents and not self.input.toPlainText().strip() and not self.conv.messages:
             self.count_label.setText("")
             self.too_long = ""
             return self._update_buttons()

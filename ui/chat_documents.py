@@ -64,7 +64,7 @@ class ChatDocuments:
         could not be read and what was attached already, and `documents_read` says whether one or more were
         attached. False when nothing was started: no paths, or an answer or a reading is under way."""
         paths = [Path(p) for p in paths]
-        if not paths or self.busy():
+        if not paths or self.busy() or self.loading:
             return False
         self._notice("")
         self.doc_label.setText(f"Reading {', '.join(p.name for p in paths)}…")
@@ -111,7 +111,7 @@ class ChatDocuments:
 
     def remove_document(self, index: int) -> None:
         """Take document `index` out of the chat; the next answer reads the others (a note says so)."""
-        if self.busy() or not 0 <= index < len(self.conv.documents):
+        if self.busy() or self.loading or not 0 <= index < len(self.conv.documents):
             return
         chat_session.remove(self.conv, index)
         self.view.add("note", self.conv.messages[-1].content)
@@ -125,6 +125,10 @@ class ChatDocuments:
 
     def _show_document(self) -> None:
         docs = self.conv.documents
+        if self.loading:  # their texts are not read yet
+            self.doc_label.setText(self.loading)
+            self.pane.setVisible(False)
+            return
         if not docs:
             self.doc_label.setText(NO_DOCUMENT)
         elif len(docs) == 1:

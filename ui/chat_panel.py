@@ -35,6 +35,7 @@ from backend.stopping import LOOP_NOTE
 from ui.background import BackgroundJobs
 from ui.chat_count import ChatCount
 from ui.chat_documents import NO_DOCUMENT, ChatDocuments
+from ui.chat_loading import ChatLoading
 from ui.chat_saving import SAVE_EVERY_S, SAVE_RETRY_MS, ChatSaving  # noqa: F401 (SAVE_RETRY_MS: said here before)
 from ui.chat_view import ChatView
 from ui.controls import RidgeFillControls
@@ -47,8 +48,10 @@ log = logging.getLogger(__name__)
 COUNT_AFTER_MS = 400  # typing pauses this long before the prompt is counted again
 
 
-class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
+class ChatPanel(ChatDocuments, ChatCount, ChatSaving, ChatLoading, QWidget):
     conversation_changed = Signal(object)  # Conversation (title or content changed)
+    summaries_read = Signal(list)  # list_conversations read each chat's Summary (newest first)
+    open_failed = Signal(str)  # open_conversation could not read the chat (why): a new chat is shown
     busy_changed = Signal(bool)  # an answer is being produced or documents read (switching conversations waits)
     documents_read = Signal(bool)  # an attach_documents ended: True when one or more documents were attached
 
@@ -72,6 +75,7 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
         self._answer_widget = None
         self._exact_text: list[str] = []
         self._init_saving()
+        self._init_loading()
         self._progress_base: tuple[int, float] | None = None
         self.setAcceptDrops(True)
         self._build_widgets()
@@ -149,19 +153,20 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
 
     # ---- conversation ----------------------------------------------------------------------------
     def load_conversation(self, conv: Conversation) -> bool:
+        """Show `conv`, read already (open_conversation reads a saved one off the GUI thread)."""
+        if not self.may_switch():
+            return False
+        self.forget_opening()
+        self.show_conversation(conv)
+        return True
+
+    def may_switch(self) -> bool:
+        """The shown chat may be left: no answer streams, and it is on disk (the notice says why not)."""
         if self.busy():  # the answer in progress belongs to the shown conversation: stop first
             self._notice("Stop or wait for the answer before switching conversations.")
             return False
-        if (self.save_error or self.saves_pending()) and not self.save_now():  # the shown chat lives only here:
-            return False  # it is not dropped before it is on disk
-        self.conv = conv
-        self.view.clear()
-        for i, m in enumerate(conv.messages):
-            w = self.view.add(m.role, m.content)
-            self._decorate(w, m)
-        self._show_document()
-        self.request_count()
-        return True
+        # the shown chat lives only here: it is not dropped before it is on disk
+        return not ((self.save_error or self.saves_pending()) and not self.save_now())
 
     def new_conversation(self) -> Conversation:
         self.load_conversation(Conversation())
@@ -170,7 +175,7 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
     def _decorate(self, w, m: Message) -> None:
         meta, beside_exact = message_lines(m)
         w.set_meta(meta)
-        w.set_chips(self.sources_chips(m.sources, m.exact_spans) if m.sources else None)
+        w.set_chips(self.sources_chips(m.sources, m.exact_spans) if m.sources and not self.loading else None)
         if beside_exact:
             w.set_exact(beside_exact)
 
@@ -201,10 +206,10 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
 
     def _update_buttons(self) -> None:
         busy = self.busy()
-        self.send_btn.setEnabled(not busy and not self.too_long)
+        self.send_btn.setEnabled(not busy and not self.too_long and not self.loading)
         self.stop_btn.setEnabled(busy)
         for b in (self.attach_btn, self.folder_btn, self.pane.remove_btn):
-            b.setEnabled(not busy)
+            b.setEnabled(not busy and not self.loading)
         if busy != getattr(self, "_was_busy", False):
             self._was_busy = busy
             self.busy_changed.emit(busy)
@@ -212,7 +217,7 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
     @Slot()
     def send(self) -> bool:
         question = self.input.toPlainText().strip()
-        if not question or self.busy():
+        if not question or self.busy() or self.loading:  # the documents' texts are not read yet
             return False
         if self.too_long:
             self._notice(self.too_long)
@@ -220,6 +225,7 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, QWidget):
         compare = self.controls.compare.isChecked() and self.controls.compare.isEnabled()  # greyed: a server without
         # Both runs draw with one seed, so "answers agree" still compares the prefills; a loop is cut short.
         drawn = {"sampling": self.sampling.with_seed(), "stop_loops": True}
+        drawn["frame_documents"] = False  # the documents go apart, by reference: the engine child frames them in
         # With compare on, neither run reuses a cached prefix, so the two TTFTs measure the same work.
         primary = self.build_request(question, **drawn, **({"reuse_prefix": False} if compare else {}))
         # The exact run's sources are not shown: it does not look for any.

@@ -28,6 +28,7 @@ class ChatSaving:
     def _init_saving(self) -> None:
         self.save_error: str = ""  # why the shown chat is not on disk yet ("" when it is)
         self._last_save = 0.0
+        self.unsaved_while_loading = False  # a change came while the shown chat's texts were read: saved after
         self._saves = 0  # each save's number, so an older write's news never undoes a newer one's
         self._applied = 0  # the newest save whose outcome was applied
         # The writer thread's news, in a plain queue: that thread must never hold a Qt object, for the last
@@ -47,6 +48,10 @@ class ChatSaving:
         seconds, on each change and at quit)."""
         if not (self.conv.messages or self.conv.documents):
             return True
+        if self.loading:  # its documents' texts are not read yet (ui/chat_loading.py): saved once they are
+            self.unsaved_while_loading = True
+            return not self.save_error
+        self.unsaved_while_loading = False
         self._last_save = time.monotonic()  # a failed write waits as long as a good one before the next try
         self._saves += 1
         outcomes, number = self._outcomes, self._saves

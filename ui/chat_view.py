@@ -178,4 +178,5 @@ class ChatView(QScrollArea):
 
     def scroll_to_end(self) -> None:
         self._follow = True  # a new message: follow it, wherever the user had scrolled
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+        bar = self.verticalScrollBar()
+        QTimer.singleShot(0, bar, lambda: bar.setValue(bar.maximum()))  # dropped with the view (a chat closed)

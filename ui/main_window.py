@@ -130,6 +130,8 @@ class MainWindow(QMainWindow):
         self.new_btn.clicked.connect(self.new_conversation)
         self.chat.busy_changed.connect(self._on_chat_busy)
         self.chat.conversation_changed.connect(self._refresh_list)
+        self.chat.summaries_read.connect(self._on_summaries)
+        self.chat.open_failed.connect(lambda _why: self._refresh_list())
         self.conv_list.currentItemChanged.connect(self._on_pick)
 
     def _show_saved_state(self) -> None:
@@ -138,14 +140,9 @@ class MainWindow(QMainWindow):
         self.controls.compare.setChecked(self.settings.compare_exact)
         if self.settings.first_start:  # the embedded models are for trying the app: show what it recommends
             self.tabs.setCurrentWidget(self.models)
-        self._summaries = {s.id: s for s in self.store.summaries()}
+        self._open_latest = True  # once the chats are listed (on the store's writer thread), the latest opens
+        self.chat.list_conversations()
         self.store.remove_unused_later()  # the documents of chats deleted while the app was closed
-        for summary in sorted(self._summaries.values(), key=lambda s: s.updated, reverse=True):
-            try:  # the latest chat that can be read
-                if self.chat.load_conversation(self.store.load(summary.id)):
-                    break
-            except (OSError, ValueError):
-                continue
         self._refresh_list()
         if self.service.info is not None:  # a service that is already running (tests share one)
             self._on_ready(self.service.info)
@@ -193,8 +190,18 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def refresh_conversations(self) -> None:
-        """The list read again from the data folder (another window's chats)."""
-        self._summaries = {s.id: s for s in self.store.summaries()}
+        """The list read again from the data folder (another window's chats), off the GUI thread."""
+        self.chat.list_conversations()
+
+    @Slot(list)
+    def _on_summaries(self, summaries: list) -> None:
+        """The chats as the folder holds them; at the window's start, the latest one that reads is opened,
+        unless a chat was begun meanwhile."""
+        self._summaries = {s.id: s for s in summaries}
+        latest, self._open_latest = self._open_latest, False
+        untouched = not (self.chat.conv.messages or self.chat.conv.documents or self.chat.busy())
+        if latest and summaries and untouched:
+            self.chat.open_conversation([s.id for s in summaries], summaries[0].title)
         self._refresh_list()
 
     @Slot(object)
@@ -222,11 +229,7 @@ class MainWindow(QMainWindow):
         cid = item.data(Qt.UserRole)
         if cid == self.chat.conv.id:
             return
-        try:
-            conv = self.store.load(cid)
-        except (OSError, ValueError, KeyError):
-            return
-        if self.chat.load_conversation(conv):
+        if self.chat.open_conversation([cid], item.text()):  # shown at once, read off the GUI thread
             self.chart.clear()
 
     # ---- the model's layers and defaults -----------------------------------------------------------

@@ -112,7 +112,7 @@ class RecallPanel(QWidget):
             return False
         source = self.haystack.currentData()
         # the chat's documents, one after the other, are the haystack
-        docs = self.chat.conv.documents
+        docs = [] if self.chat.loading else self.chat.conv.documents  # texts still being read: the corpus
         doc = "\n\n".join(d.text.strip() for d in docs) if source == "document" and docs else None
         if source == "document" and doc is None:
             source = "corpus"
