@@ -18,8 +18,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from app.cancel_book import CancelBook
 from app.engine_protocol import (
-    CancelTask,
     CountRequest,
     CountResult,
     DocumentState,
@@ -185,29 +185,6 @@ KEEPS_THE_DOCUMENT = {TaskKind.COUNT, TaskKind.MAPS_STATUS, TaskKind.CACHE_CLEAR
 STATUS_EVERY_S = 0.5  # the document's state (tokens, share exact) is sent at most this often while refining
 
 
-class _CancelBook:
-    """The child's view of the cancel queue: the ids asked to stop, read only when a handler checks."""
-
-    def __init__(self, cancels, busy=None):
-        self._queue = cancels
-        self._ids: set[int] = set()
-        self.busy = busy or (lambda: False)  # whether other work waits: a task that yields stops for it
-
-    def is_cancelled(self, task_id: int) -> bool:
-        while True:
-            try:
-                msg = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(msg, CancelTask):
-                self._ids.add(msg.id)
-        return task_id in self._ids
-
-    def starting(self, task_id: int) -> None:
-        """Tasks run in id order: a cancel for an older id came too late to matter."""
-        self._ids = {i for i in self._ids if i >= task_id}
-
-
 def _ready(engine, load_s: float) -> EngineReady:
     from backend.ridgefill import defaults
     from backend.ridgefill.tuned import read_tuned, summary
@@ -232,7 +209,7 @@ def _warm_up(engine) -> None:
         logging.getLogger("engine").debug("RidgeFill warm-up failed", exc_info=True)
 
 
-def _run_task(engine, task: TaskMessage, events, book: _CancelBook, handlers=HANDLERS) -> tuple[bool, Any]:
+def _run_task(engine, task: TaskMessage, events, book: CancelBook, handlers=HANDLERS) -> tuple[bool, Any]:
     """Serve one task; (True, its result) when it ended in TaskDone, else (False, None)."""
     from backend.errors import Cancelled, RidgeFillError
 
@@ -393,7 +370,7 @@ def child_main(settings: EngineSettings, tasks, events, cancels) -> None:
         events.put(EngineFatal(type(exc).__name__, f"the engine could not start: {exc}"))
         return
     events.put(EngineStarted(_ready(engine, time.perf_counter() - t0)))
-    book = _CancelBook(cancels, busy=lambda: not tasks.empty() or idle.work.pending)
+    book = CancelBook(cancels, busy=lambda: not tasks.empty() or idle.work.pending)
     idle = _IdleLoop(engine, settings, events)
     warmed = not settings.warm_up
     while True:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import queue
 
-from app.engine_child import _CancelBook, _run_task
+from app.cancel_book import CancelBook
+from app.engine_child import _run_task
 from app.engine_protocol import TaskKind, TaskMessage, TuneRequest
 
 
@@ -16,7 +17,7 @@ def test_a_task_that_yields_stops_when_other_work_waits_and_no_other_does():
         return "done"
 
     waiting = [True]
-    book = _CancelBook(queue.Queue(), busy=lambda: waiting[0])
+    book = CancelBook(queue.Queue(), busy=lambda: waiting[0])
     for busy in (True, False):
         waiting[0] = busy
         for tid, yields in ((1, False), (2, True)):
