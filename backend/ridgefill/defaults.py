@@ -68,6 +68,24 @@ def default_split(info, tuned: bool = True) -> int:
 # Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
 # decoded again deep in the prompt needs its window's history, which only a full-size sliding-window
 # cache keeps (EngineConfig.swa_full, the default).
+# (architecture, n_layer, n_embd) -> what tune by fidelity found where it chose exact and the table still
+# runs RidgeFill (the embedded model's table stays for now: a measured default that departs is said)
+MEASURED_DEPARTURES = {
+    # SmolLM2-135M with its shipped maps: every setting S = 9-24 moved exact's replies beyond 2x q8_0's on
+    # Node's collaborator guide, guided S = 18 by 18x (docs/TUNE.md#smollm2-135m-instruct)
+    ("llama", 30, 576): "measured: RidgeFill moves this model's replies beyond q8_0's yardstick on some "
+                        "documents (guided S = 18: 18x on one); exact is one click away",
+}
+
+
+def departure_note(info) -> str:
+    """What the app says where the model's measured default departs from exact's replies ("" elsewhere)."""
+    from .tuned import read_tuned
+
+    key = (getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None))
+    return "" if read_tuned(info) is not None else MEASURED_DEPARTURES.get(key, "")
+
+
 def split_is_guess(info) -> bool:
     """Whether the default split of this model was measured nowhere: not tuned here, not in the table."""
     from .tuned import read_tuned

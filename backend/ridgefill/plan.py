@@ -16,7 +16,7 @@ from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import MODEL_DEFAULT, RIDGEFILL_MODES, CompletionRequest
-from .defaults import (MIN_BULK, MIN_TAIL, default_mode, guess_note, mode_that_runs, split_is_guess,
+from .defaults import (MIN_BULK, MIN_TAIL, default_mode, departure_note, guess_note, mode_that_runs, split_is_guess,
                        split_or_default, tail_or_default, window_bulk_or_default)
 from .cache_layout import CellTap
 from .departures import document_key
@@ -144,8 +144,9 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)
     plan = plan_ridgefill(engine, n_tokens, mode, split, tail, share=request.quality_share, window_bulk=window)
-    if request.split is None and isinstance(plan, RidgeFillPlan) and split_is_guess(engine.info):
-        plan = replace(plan, note=" ".join(n for n in (plan.note, guess_note(engine.info)) if n))
+    if request.split is None and isinstance(plan, RidgeFillPlan):  # a default that was never measured, or departs
+        said = guess_note(engine.info) if split_is_guess(engine.info) else departure_note(engine.info)
+        plan = replace(plan, note=" ".join(n for n in (plan.note, said) if n))
     return _guarded(engine, request, plan)
 
 

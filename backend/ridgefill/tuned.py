@@ -87,7 +87,9 @@ def summary(rec: dict | None) -> str:
 def _summary(rec: dict) -> str:
     if rec["mode"] == "off":
         return EXACT_SUMMARY
-    chosen = next(c for c in rec["candidates"] if c["setting"] == f"{rec['mode']}:{rec['split']}")
+    chosen = next((c for c in rec["candidates"] if c["setting"] == f"{rec['mode']}:{rec['split']}"), None)
+    if chosen is None:
+        raise KeyError("the chosen setting is not among the candidates")  # the fallback line says the split
     worst = max(chosen["documents"], key=lambda d: d["ratio"])
     return (f"{rec['mode']} at S = {rec['split']}, worst of {len(chosen['documents'])} documents "
             f"{worst['document']} at {worst['ratio']:.1f}× q8_0's distance from exact's replies, "
