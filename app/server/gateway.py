@@ -85,6 +85,8 @@ class ProcessGateway(Receiver):
         self._state = "loading"
         self._problem = "the model is loading"
         self._thread: threading.Thread | None = None
+        self._closing = threading.Lock()  # the pump's last drain against a submit that comes with it
+        self._closed = False  # the last drain is done: a submit fails at once
 
     # -- lifetime --
     def start(self) -> "ProcessGateway":
@@ -134,8 +136,12 @@ class ProcessGateway(Receiver):
     # -- tasks (any thread) --
     def submit(self, kind: TaskKind, payload: Any, deliver: Deliver) -> Task:
         task = Task(check_payload(kind, payload), payload, deliver)
-        self._commands.put(("submit", task))
-        self._wake.set()
+        with self._closing:
+            if not self._closed:  # else the pump's last drain is over: nothing would ever take it
+                self._commands.put(("submit", task))
+                self._wake.set()
+                return task
+        task.deliver(TaskFailed(0, "EngineError", "The server is stopping."))
         return task
 
     def cancel(self, task: Task) -> None:
@@ -157,7 +163,9 @@ class ProcessGateway(Receiver):
             self._stop.set()  # from here a submit fails at once, also after a bug stopped the pump
             self.process.shutdown(reason="the server was stopped")
             self.process.poll(on_message=self._route)  # delivers the pending tasks' failures
-            self._run_commands()  # submitted while stopping: they fail here
+            with self._closing:  # submitted while stopping fail here; after this, in submit itself
+                self._closed = True
+                self._run_commands()
             if self._state != "fatal":
                 self._state, self._problem = "stopped", "the server was stopped"
             self._info = None
