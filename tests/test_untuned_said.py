@@ -111,9 +111,10 @@ def test_the_models_list_says_untuned_until_the_model_is_tuned(tiny):
 def test_a_measured_default_that_departs_is_said_until_the_user_tunes(model_path):
     """SmolLM2's table default was judged by fidelity and departs (docs/TUNE.md): its RidgeFill answers say
     so; a record of the user's own tune replaces the table, and the note goes."""
-    from backend.ridgefill.defaults import departure_note, split_is_guess
+    from backend.ridgefill.defaults import default_note, departure_note, split_is_guess
 
     info = read_model_header(model_path)
     assert not split_is_guess(info) and departure_note(info).startswith("measured: RidgeFill moves")
+    assert default_note(info) == departure_note(info)  # what a RidgeFill answer at the default says
     write_tuned(info, record(split=18, mode="guided"))
-    assert departure_note(info) == ""
+    assert departure_note(info) == "" and default_note(info) == ""

@@ -78,12 +78,27 @@ MEASURED_DEPARTURES = {
 }
 
 
+def _table_key(info) -> tuple:
+    """The measured tables' key of a ModelInfo, or of anything with architecture, n_layer and n_embd."""
+    return getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None)
+
+
 def departure_note(info) -> str:
     """What the app says where the model's measured default departs from exact's replies ("" elsewhere)."""
     from .tuned import read_tuned
 
-    key = (getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None))
-    return "" if read_tuned(info) is not None else MEASURED_DEPARTURES.get(key, "")
+    return "" if read_tuned(info) is not None else MEASURED_DEPARTURES.get(_table_key(info), "")
+
+
+def default_note(info) -> str:
+    """What a RidgeFill answer at the model's default split says of it, from one read of the tuned record:
+    that the split is a guess, that the measured default departs, or nothing (tuned here)."""
+    from .tuned import read_tuned
+
+    if read_tuned(info) is not None:
+        return ""
+    key = _table_key(info)
+    return MEASURED_DEPARTURES.get(key, "") if key in MEASURED_SPLITS else guess_note(info)
 
 
 def split_is_guess(info) -> bool:
@@ -129,8 +144,7 @@ def default_mode(info, tuned: bool = True) -> str:
         rec = read_tuned(info)
         if rec is not None and (rec.get("mode") in RIDGEFILL_MODES or rec.get("mode") == "off"):
             return rec["mode"]  # "off": tune found no setting that keeps the replies
-    key = (getattr(info, "architecture", None), getattr(info, "n_layer", None), getattr(info, "n_embd", None))
-    return MEASURED_MODES.get(key, DEFAULT_MODE)
+    return MEASURED_MODES.get(_table_key(info), DEFAULT_MODE)
 
 
 def default_tail(info) -> int:

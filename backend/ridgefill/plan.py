@@ -16,7 +16,7 @@ from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import MODEL_DEFAULT, RIDGEFILL_MODES, CompletionRequest
-from .defaults import (MIN_BULK, MIN_TAIL, default_mode, departure_note, guess_note, mode_that_runs, split_is_guess,
+from .defaults import (MIN_BULK, MIN_TAIL, default_mode, default_note, mode_that_runs,
                        split_or_default, tail_or_default, window_bulk_or_default)
 from .cache_layout import CellTap
 from .departures import document_key
@@ -145,8 +145,7 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
     window = window_bulk_or_default(engine.info, split, request.window_bulk)
     plan = plan_ridgefill(engine, n_tokens, mode, split, tail, share=request.quality_share, window_bulk=window)
     if request.split is None and isinstance(plan, RidgeFillPlan):  # a default that was never measured, or departs
-        said = guess_note(engine.info) if split_is_guess(engine.info) else departure_note(engine.info)
-        plan = replace(plan, note=" ".join(n for n in (plan.note, said) if n))
+        plan = replace(plan, note=" ".join(n for n in (plan.note, default_note(engine.info)) if n))
     return _guarded(engine, request, plan)
 
 
