@@ -132,3 +132,12 @@ def test_a_setting_is_estimated_on_every_document_from_the_slowest_so_far():
     stopped = tune.Candidate("speed:5", "speed", 5, [{"document": "a.txt"}], False, 2.0, seconds=20.0)
     whole = tune.Candidate("speed:11", "speed", 11, [{"document": d} for d in DOCS], True, 1.5, seconds=90.0)
     assert run._estimate([stopped]) == 60.0 and run._estimate([stopped, whole]) == 90.0  # 20 s a document x 3
+
+
+def test_the_probe_s_cut_is_kept_privately_beside_the_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "seconds_per_token", lambda engine: 2 * REFERENCE_S_PER_TOKEN)
+    record_at = tmp_path / "tuned" / "model-key.json"
+    sample = tune._Sample.of(None, record_at, None, 1080.0)
+    kept = record_at.with_suffix(".sample.json")
+    assert sample.doc_tokens == DOC_TOKENS // 2 and kept.is_file() and kept.stat().st_mode & 0o077 == 0
+    assert tune._Sample.of(None, record_at, None, 1080.0) == sample  # read back, not probed again

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import RidgeFillError
+from ..private_files import private_dir, write_text_private
 from ..recall.run import load_results
 from .documents import PER_DOC, TuneDocuments, sample_tokens, seconds_per_token, tune_documents
 from .fidelity import EXACT, MAX_TOKENS, FidelityRun, Setting, parse_setting
@@ -196,9 +197,9 @@ class _Sample:
             pass  # none kept, or unreadable: probe again
         s_per_token = seconds_per_token(engine)
         sample = cls(doc_tokens or sample_tokens(s_per_token, budget_s, DEFAULT_BUDGET_S), round(1000 * s_per_token, 3))
-        if doc_tokens is None:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            kept.write_text(json.dumps(asdict(sample)), encoding="utf-8")
+        if doc_tokens is None:  # beside the record, private as it is
+            private_dir(kept.parent)
+            write_text_private(kept, json.dumps(asdict(sample)))
         return sample
 
 
