@@ -12,6 +12,7 @@ from lab.commands.fuzz_configs import CONFIGS, run_config
 def test_config_files_of_any_shape_load_as_values_or_defaults(name):
     stats = run_config(name, examples=120, seed=2)
     assert stats["inputs"] == 120 and not stats["findings"], stats["findings"]
+    assert stats["distinct"] == 120  # the record's counts are of distinct files (it drew 73 distinct of 200 before)
 
 
 def test_a_generation_section_nested_thousands_deep_loads_as_defaults():

@@ -175,7 +175,7 @@ CHECKS = {"settings": check_settings, "servers": check_servers, "models": check_
 
 def run_config(name: str, examples: int, seed: int, minutes: float = 0, batch: int = 8) -> dict:
     """`examples` files for one config (fewer when `minutes` run out): the outcomes and findings counted."""
-    return run_inputs(name, strategies()[name], CHECKS[name], examples, seed, minutes, batch=batch, unique=False)
+    return run_inputs(name, strategies()[name], CHECKS[name], examples, seed, minutes, batch=batch, skip_repeats=True)
 
 
 def register(sub) -> None:
