@@ -163,14 +163,17 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
     assert c.split() == defaults.default_split(info) and c.tail() == defaults.default_tail(info)
     assert c.split_label.text().startswith(f"S = {c.split()}: ")
     assert [c.mode_box.itemData(i) for i in range(c.mode_box.count())] == list(RIDGEFILL_MODES)
-    assert c.mode() == defaults.default_mode(info) == "guided"
-    # a sliding-window model runs guided too (its windows are kept), with its window as the tail
+    # SmolLM2 runs exact by default (measured, defaults.MEASURED_MODES): RidgeFill is shown switched off, its
+    # mode one click away
+    assert defaults.default_mode(info) == "off" and c.mode() == "off" and c.mode_box.currentData() == "guided"
+    # a model the table does not name runs guided, RidgeFill switched on again; a sliding-window one with its
+    # window as the tail (its windows are kept)
     from tests.tiny_gguf import write_tiny_gguf
 
     gemma = read_model_info(write_tiny_gguf(tmp_path / "gemma3.gguf", "gemma3"))
     assert w.show_model(str(gemma.path))
     assert c.mode() == "guided" and c.tail() == defaults.default_tail(gemma)
-    assert w.show_model(model_path) and c.mode() == "guided"
+    assert w.show_model(model_path) and c.mode() == "off"
 
 
 def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, model_path):

@@ -218,7 +218,8 @@ def test_gemma3_gets_its_window_as_tail_and_runs_speed_by_default():
     eng = FakeEngine(info=info, ridgefill=FakeRuntime(windows=_windowed({0, 1, 2, 3, 4}), found=maps))
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode=default_mode(info)), LONG)
     assert (plan.mode, plan.split, plan.tail) == ("speed", split, SLIDING_WINDOW_TAIL) and plan.note == ""
-    assert default_mode(_info()) == "guided"  # SmolLM2 and every model the table does not name
+    assert default_mode(_info()) == "off"  # SmolLM2: its tune chose exact (defaults.MEASURED_MODES)
+    assert default_mode(_info(n_embd=512)) == "guided"  # every model the table does not name
     plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)  # asked for: runs as asked
     assert plan.mode == "guided" and plan.note == ""
 
@@ -232,6 +233,24 @@ def test_a_tuned_record_gives_its_mode_as_well_as_its_split(tmp_path, monkeypatc
     tuned.write_tuned(info, {"split": 5, "tail": 512, "mode": "guided"})
     assert (defaults.default_split(info), defaults.default_mode(info)) == (5, "guided")
     assert defaults.default_mode(info, tuned=False) == "speed"
+
+
+def test_a_model_measured_to_run_exact_does_unless_a_mode_is_asked_or_its_own_tune_says_otherwise(tmp_path, monkeypatch):
+    """SmolLM2's table says exact (every setting departed on a document: docs/TUNE.md): the model's default
+    runs exact and says why; a mode asked for runs, saying that it departs; the user's own tune wins."""
+    from backend.protocol import MODEL_DEFAULT
+    from backend.ridgefill import tuned
+
+    monkeypatch.setattr(tuned, "maps_dir", lambda: tmp_path)
+    eng = FakeEngine()  # SmolLM2's shape
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode=MODEL_DEFAULT), LONG)
+    assert isinstance(plan, ExactPrefill) and eng.ridgefill.asked == []
+    assert plan.note.startswith("measured: no RidgeFill setting keeps this model's replies")
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode="guided"), LONG)
+    assert plan.mode == "guided" and plan.note.startswith("measured: RidgeFill moves this model's replies")
+    tuned.write_tuned(eng.info, {"split": SPLIT, "tail": DEFAULT_TAIL, "mode": "guided"})
+    plan = plan_prefill(eng, CompletionRequest(prompt="x", mode=MODEL_DEFAULT), LONG)
+    assert (plan.mode, plan.split, plan.note) == ("guided", SPLIT, "")
 
 
 def test_guided_scores_sliding_window_models_at_a_global_layer_below_the_split_or_the_first_above():

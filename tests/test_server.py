@@ -242,7 +242,7 @@ def test_left_out_sampling_is_the_models_default():
 
 def test_left_out_mode_is_the_served_models_default(small_engine):
     """A plain `serve` (Defaults without a mode) asks for the model's own mode, which the engine's planner
-    resolves beside split and tail (SmolLM2: guided); `serve --mode` and the body win."""
+    resolves beside split and tail (SmolLM2: exact, its measured default); `serve --mode` and the body win."""
     from backend.ridgefill.defaults import default_mode
     from backend.ridgefill.plan import plan_prefill
 
@@ -253,13 +253,14 @@ def test_left_out_mode_is_the_served_models_default(small_engine):
     assert mode({}, defaults=Defaults("quality")) == "quality"
     assert mode({"ridgefill": {"mode": "off"}}) == "off"
     request = parse_request({"prompt": "x"}, chat=False, defaults=Defaults()).request
-    assert plan_prefill(small_engine, request, 4096).mode == default_mode(small_engine.info) == "guided"
+    plan = plan_prefill(small_engine, request, 4096)
+    assert default_mode(small_engine.info) == "off" and plan.note.startswith("measured: no RidgeFill setting keeps")
 
 
 def test_the_models_list_says_the_default_mode(server, gateway):
     with urllib.request.urlopen(server.url + "/v1/models", timeout=30) as r:
         meta = json.load(r)["data"][0]["meta"]
-    assert meta["default_mode"] == gateway.info.default_mode == "guided"  # the suite's model, SmolLM2
+    assert meta["default_mode"] == gateway.info.default_mode == "off"  # the suite's model, SmolLM2: exact (measured)
 
 
 # ---- bad input ------------------------------------------------------------------------------------

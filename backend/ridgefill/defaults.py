@@ -68,8 +68,8 @@ def default_split(info, tuned: bool = True) -> int:
 # Modes that decode bulk rows again through every layer: on a model with sliding-window layers, a row
 # decoded again deep in the prompt needs its window's history, which only a full-size sliding-window
 # cache keeps (EngineConfig.swa_full, the default).
-# (architecture, n_layer, n_embd) -> what tune by fidelity found where it chose exact and the table still
-# runs RidgeFill (the embedded model's table stays for now: a measured default that departs is said)
+# (architecture, n_layer, n_embd) -> what tune by fidelity found where it chose exact: said beside an answer
+# RidgeFill gives at the model's split when a RidgeFill mode is asked for all the same
 MEASURED_DEPARTURES = {
     # SmolLM2-135M with its shipped maps: every setting S = 9-24 moved exact's replies beyond 2x q8_0's on
     # Node's collaborator guide, guided S = 18 by 18x (docs/TUNE.md#smollm2-135m-instruct)
@@ -129,6 +129,9 @@ MEASURED_MODES = {
     # replies as much on average (their size by 0.01 nats/token less), and cost a follow-up 5.6x exact's:
     # docs/LONG_DOCUMENTS.md#speed-or-guided-at-s--11-2026-12-07
     ("gemma3", 18, 640): "speed",
+    # SmolLM2-135M: tune by fidelity chose exact; every setting S = 9-24, both modes, moved exact's replies
+    # beyond 2x q8_0's on a document that fits its 8K (guided S = 18 by 18x): docs/TUNE.md#smollm2-135m-instruct
+    ("llama", 30, 576): "off",
 }
 
 
@@ -145,6 +148,24 @@ def default_mode(info, tuned: bool = True) -> str:
         if rec is not None and (rec.get("mode") in RIDGEFILL_MODES or rec.get("mode") == "off"):
             return rec["mode"]  # "off": tune found no setting that keeps the replies
     return MEASURED_MODES.get(_table_key(info), DEFAULT_MODE)
+
+
+def switched_on_mode(info) -> str:
+    """The mode RidgeFill runs in when the user switches it on for this model: its default, or where that
+    default is exact (tuned here, or the table), DEFAULT_MODE (the GUI's mode box shows the same)."""
+    mode = default_mode(info)
+    return DEFAULT_MODE if mode == "off" else mode
+
+
+def exact_default_note(info) -> str:
+    """Why a request in the model's default mode ran exact where that default is "off" (tuned here, or the
+    measured table): said in the timings' note."""
+    from .tuned import EXACT_SUMMARY, read_tuned
+
+    if read_tuned(info) is not None:
+        return f"tuned: {EXACT_SUMMARY}"
+    return ("measured: no RidgeFill setting keeps this model's replies within q8_0's yardstick on every document, "
+            "so it runs exact by default; choose a RidgeFill mode to run it anyway")
 
 
 def default_tail(info) -> int:

@@ -16,14 +16,13 @@ from functools import partial
 
 from ..prefill import ExactPrefill, PrefillReport
 from ..protocol import MODEL_DEFAULT, RIDGEFILL_MODES, CompletionRequest
-from .defaults import (MIN_BULK, MIN_TAIL, default_mode, default_note, mode_that_runs,
+from .defaults import (MIN_BULK, MIN_TAIL, default_mode, default_note, exact_default_note, mode_that_runs,
                        split_or_default, tail_or_default, window_bulk_or_default)
 from .cache_layout import CellTap
 from .departures import document_key
 from .guided import GuidedParams
 from .injection import bulk_rows, run_plan
 from .runtime import runtime
-from .tuned import EXACT_SUMMARY
 
 
 # RidgeFill with layers offloaded reads and writes the device's tensors through ggml's backend API
@@ -138,8 +137,8 @@ def _plan_prefill(engine, request: CompletionRequest, n_tokens: int) -> RidgeFil
     if request.mode == "off":
         return ExactPrefill()
     mode = default_mode(engine.info) if request.mode == MODEL_DEFAULT else request.mode
-    if mode == "off":  # tune chose exact for this model
-        return ExactPrefill(f"tuned: {EXACT_SUMMARY}")
+    if mode == "off":  # tune (here, or the measured table) chose exact for this model
+        return ExactPrefill(exact_default_note(engine.info))
     split = split_or_default(engine.info, request.split)
     tail = tail_or_default(engine.info, request.tail)
     window = window_bulk_or_default(engine.info, split, request.window_bulk)

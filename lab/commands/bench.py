@@ -6,7 +6,8 @@ import sys
 
 from app.commands.common import open_engine, str_list
 from backend.protocol import RIDGEFILL_MODES
-from backend.ridgefill.defaults import default_mode, split_or_default, tail_or_default
+from backend.ridgefill.defaults import split_or_default, tail_or_default
+from lab.commands.common import ridgefill_mode
 from lab.evals.ttft import rows_as_dicts, run_ttft_bench
 
 
@@ -37,7 +38,7 @@ def run(args) -> int:
     # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
     split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
-    args.mode = args.mode or default_mode(engine.info)
+    args.mode = ridgefill_mode(engine.info, args.mode)
     rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
                           on_progress=lambda msg: print(f"  {msg}", file=sys.stderr), exact_engine=exact,
                           settings=args.settings)

@@ -7,7 +7,7 @@ import sys
 from backend.recall.document_questions import QUESTION_SETS, question_items
 from backend.recall.haystacks import load_haystack
 from backend.recall.needles import make_items
-from backend.ridgefill.defaults import split_or_default, tail_or_default
+from backend.ridgefill.defaults import default_mode, split_or_default, switched_on_mode, tail_or_default
 
 
 def add_split_tail(p) -> None:
@@ -18,6 +18,17 @@ def add_split_tail(p) -> None:
 def split_tail(args, info) -> tuple[int, int]:
     """The split and tail asked for, else the model's defaults."""
     return split_or_default(info, getattr(args, "split", None)), tail_or_default(info, args.tail)
+
+
+def ridgefill_mode(info, asked: str | None) -> str:
+    """The RidgeFill mode a measurement runs: as asked, else the model's default; where that default is exact
+    (a tune, or the measured table, chose it), the mode the app runs when RidgeFill is switched on."""
+    if asked:
+        return asked
+    if default_mode(info) == "off":
+        say(f"this model runs exact by default; measuring RidgeFill as switched on, {switched_on_mode(info)} "
+            "(pass --mode to choose)")
+    return switched_on_mode(info)
 
 
 def haystack_of(args):

@@ -19,7 +19,7 @@ from backend.documents import read_document_parts
 from backend.errors import DocumentError
 from backend.recall.report import p_value, table
 from backend.user_paths import data_dir
-from lab.commands.common import say
+from lab.commands.common import ridgefill_mode, say
 from backend.tuning.fidelity import FidelityRun, parse_setting
 from backend.tuning.fidelity_report import WITHIN, YARDSTICK, exact_accuracy, per_document, report
 from backend.tuning.question_files import CHOOSE, JUDGE, QuestionedDocument, long_set, read_question_file
@@ -28,9 +28,8 @@ from backend.tuning.question_files import CHOOSE, JUDGE, QuestionedDocument, lon
 def default_settings(args) -> list[str]:
     """The model's default mode (at its default split) beside q8_0's cache: what the app runs, and the yardstick."""
     from backend.model_file import read_model_header
-    from backend.ridgefill.defaults import default_mode
 
-    return [default_mode(read_model_header(model_path(args))), "q8"]
+    return [ridgefill_mode(read_model_header(model_path(args)), None), "q8"]
 
 
 def register(sub) -> None:

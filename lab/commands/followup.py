@@ -10,8 +10,8 @@ from pathlib import Path
 from app.commands.common import float_list, int_list, open_engine
 from backend.recall.needles import make_items
 from backend.recall.stats import mcnemar_exact
-from backend.ridgefill.defaults import default_mode
-from lab.commands.common import add_split_tail, haystack_of, say, split_tail
+
+from lab.commands.common import add_split_tail, haystack_of, ridgefill_mode, say, split_tail
 from lab.evals.followup import run_followup
 
 
@@ -30,7 +30,7 @@ def register(sub) -> None:
 def run(args) -> int:
     engine = open_engine(args)
     split, tail = split_tail(args, engine.info)
-    args.mode = args.mode or default_mode(engine.info)
+    args.mode = ridgefill_mode(engine.info, args.mode)
     items = make_items(engine, lengths=args.lengths, depths=args.depths, variants=["multikey"],
                        haystack=haystack_of(args), reps=args.reps)
     out = Path(args.out)
