@@ -83,6 +83,8 @@ def test_none_keeping_chooses_exact_and_a_refused_setting_is_never_chosen():
     split, mode, why = tune.choose(measured, 11)
     assert mode == "off" and split == 11 and why.startswith("no setting both kept")
     assert "departed from exact's replies: speed:5" in why and "kept them but refused: guided:5" in why
+    assert tune._verdict(measured[0]).endswith("departs")  # slow as well (1.0x), but what it does is depart
+    assert tune._verdict(s11).endswith("refused: it gains nothing: 1.02× exact's speed (needs 1.05×)")
 
 
 def test_the_budget_leaves_settings_out_and_a_resumed_setting_costs_nothing():

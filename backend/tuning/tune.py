@@ -390,7 +390,8 @@ class _TuneRun:
 def _verdict(c: Candidate) -> str:
     w = c.worst
     where = f"worst {w['document']} at {w['ratio']:.1f}× q8_0's (ΔNLL {w['dnll']:+.3f})" if w else "no document"
-    verdict = f"refused: {c.refused}" if c.refused else ("keeps replies" if c.keeps else "departs")
+    # a setting that departs is said to, whatever its speed (a refusal matters only to one that keeps replies)
+    verdict = "departs" if not c.keeps else (f"refused: {c.refused}" if c.refused else "keeps replies")
     speed = f"{c.ratio:.2f}×" if c.ratio else "-"
     return f"{c.setting}: {len(c.documents)} documents, {where}, {speed} exact's speed, {verdict}"
 
