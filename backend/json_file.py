@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -117,6 +118,18 @@ def notices(clear: bool = False) -> list[str]:
     if clear:
         _NOTICES.clear()
     return out
+
+
+def finite(value):
+    """`value` with every float JSON cannot hold (infinity, NaN) as None: Python writes them as Infinity and
+    NaN, which no strict reader takes (a ratio to a yardstick of 0 is infinite)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def write_private(path: Path, text: str) -> None:

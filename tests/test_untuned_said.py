@@ -118,3 +118,21 @@ def test_a_measured_default_that_departs_is_said_until_the_user_tunes(model_path
     assert default_note(info) == departure_note(info)  # what a RidgeFill answer at the default says
     write_tuned(info, record(split=18, mode="guided"))
     assert departure_note(info) == "" and default_note(info) == ""
+
+
+def test_a_record_whose_yardstick_moved_nothing_is_strict_json_and_said(tiny):
+    """q8_0 moved no reply on a document (|ΔNLL| 0): the ratio to it is infinite, which JSON cannot hold
+    (Python wrote Infinity); the record keeps it as null and the panel's line says what it means."""
+    from backend.ridgefill.tuned import tuned_path
+
+    info = read_model_header(tiny)
+    docs = [{"document": "a.txt", "ratio": 0.5}, {"document": "b.txt", "ratio": float("inf")}]
+    write_tuned(info, {**record(split=2, mode="speed"),
+                       "candidates": [{"setting": "speed:2", "ratio": 1.5, "documents": docs}]})
+
+    def refuse(name):
+        raise ValueError(f"{name} in the record")
+
+    rec = json.loads(tuned_path(info).read_text(), parse_constant=refuse)
+    assert rec["candidates"][0]["documents"][1]["ratio"] is None
+    assert "b.txt beyond q8_0's (which moved nothing there)" in summary(rec)

@@ -12,6 +12,7 @@ import json
 import sys
 
 from app.commands.common import int_list, open_engine, say_note, stage_printer, str_list
+from backend.json_file import finite
 
 
 def register(sub) -> None:
@@ -58,7 +59,7 @@ def run(args) -> int:
     finally:
         engine.close()
     if args.json:
-        print(json.dumps(result.brief()))
+        print(json.dumps(finite(result.brief()), allow_nan=False))
         return 0
     print(tune_text(result))
     return 0

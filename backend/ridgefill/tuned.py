@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from pathlib import Path
 
+from backend.json_file import finite
 from backend.private_files import private_dir, write_text_private
 from backend.user_paths import maps_dir
 
@@ -67,7 +69,7 @@ def write_tuned(info, record: dict, root: Path | None = None) -> Path:
     private_dir(path.parent)
     rec = {"record_version": RECORD_VERSION, "model_key": model_key(info), **record}
     tmp = path.with_name(f".{path.name}.tmp")
-    write_text_private(tmp, json.dumps(rec, indent=1) + "\n")
+    write_text_private(tmp, json.dumps(finite(rec), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
     return path
 
@@ -90,7 +92,8 @@ def _summary(rec: dict) -> str:
     chosen = next((c for c in rec["candidates"] if c["setting"] == f"{rec['mode']}:{rec['split']}"), None)
     if chosen is None:
         raise KeyError("the chosen setting is not among the candidates")  # the fallback line says the split
-    worst = max(chosen["documents"], key=lambda d: d["ratio"])
+    worst = max(chosen["documents"], key=lambda d: math.inf if d["ratio"] is None else d["ratio"])
+    at = "beyond q8_0's (which moved nothing there)" if worst["ratio"] is None else f"at {worst['ratio']:.1f}× q8_0's"
     return (f"{rec['mode']} at S = {rec['split']}, worst of {len(chosen['documents'])} documents "
-            f"{worst['document']} at {worst['ratio']:.1f}× q8_0's distance from exact's replies, "
+            f"{worst['document']} {at} distance from exact's replies, "
             f"{chosen['ratio']:.2f}× exact's speed")
