@@ -165,8 +165,8 @@ class ChatPanel(ChatDocuments, ChatCount, ChatSaving, ChatLoading, QWidget):
         if self.busy():  # the answer in progress belongs to the shown conversation: stop first
             self._notice("Stop or wait for the answer before switching conversations.")
             return False
-        # the shown chat lives only here: it is not dropped before it is on disk
-        return not ((self.save_error or self.saves_pending()) and not self.save_now())
+        # the shown chat goes to the writer; one that could not be written is not dropped before it is
+        return self.leave_saved()
 
     def new_conversation(self) -> Conversation:
         self.load_conversation(Conversation())

@@ -1,8 +1,11 @@
 """Saving the shown chat without blocking the window: a snapshot is taken here, on the GUI thread, and the
 store's writer thread writes it (app/conversations.py save_later); what became of it comes back through a plain
 queue the GUI thread takes in (the writer thread holds no Qt object: one freed there deadlocks Qt).
-A write the system refuses (a full disk) shows a notice and is tried again every SAVE_RETRY_MS; switching
-chats and quitting wait for the writes and say whether the chat is on disk.
+A write the system refuses (a full disk) shows a notice and is tried again every SAVE_RETRY_MS. Switching
+chats hands the latest snapshot to the writer and goes on (the chat read next waits behind it on the same
+thread); a chat left before its write failed is kept here, told and tried again. Quitting waits for the
+writes and says whether every chat is on disk. Only a chat whose write already failed is saved before it
+may be left.
 
 A mixin of ChatPanel (ui/chat_panel.py), which owns the conversation, the store and the notice.
 """
@@ -34,12 +37,13 @@ class ChatSaving:
         # The writer thread's news, in a plain queue: that thread must never hold a Qt object, for the last
         # reference it drops would destroy the object there, and Qt then deadlocks with the GUI thread.
         self._outcomes: queue.SimpleQueue = queue.SimpleQueue()
+        self._left_unsaved: dict = {}  # lineage -> the snapshot of a chat left before its write succeeded
         self._news_timer = QTimer(self)
         self._news_timer.setInterval(NEWS_EVERY_MS)
         self._news_timer.timeout.connect(self._take_news)
         self._save_retry = QTimer(self)
         self._save_retry.setInterval(SAVE_RETRY_MS)
-        self._save_retry.timeout.connect(self.save)
+        self._save_retry.timeout.connect(self._retry)
 
     @Slot()
     def save(self) -> bool:
@@ -53,23 +57,43 @@ class ChatSaving:
             return not self.save_error
         self.unsaved_while_loading = False
         self._last_save = time.monotonic()  # a failed write waits as long as a good one before the next try
+        self._write(snapshot(self.conv))
+        return not self.save_error
+
+    def _write(self, snap) -> None:
         self._saves += 1
         outcomes, number = self._outcomes, self._saves
 
         def done(snap, written, error) -> None:  # on the writer thread: plain Python only
             outcomes.put((number, snap, written, error))
 
-        self.store.save_later(snapshot(self.conv), done)
+        self.store.save_later(snap, done)
         self._news_timer.start()
-        return not self.save_error
+
+    @Slot()
+    def _retry(self) -> None:
+        for snap in list(self._left_unsaved.values()):
+            self._write(snap)
+        self.save()
 
     def save_now(self) -> bool:
-        """Save the shown chat and wait until it is written (switching chats, quitting): False, with the
-        notice, when it could not be."""
+        """Save the shown chat, and any left one not on disk yet, and wait until they are written (quitting):
+        False, with the notice, when one could not be."""
         self.save()
-        self.store.flush()  # one chat's file, small: a document's text was written once, when it was attached
+        for snap in list(self._left_unsaved.values()):
+            self._write(snap)
+        self.store.flush()  # chats' files, small: a document's text was written once, when it was attached
         self._take_news()
-        return not self.save_error
+        return not (self.save_error or self._left_unsaved)
+
+    def leave_saved(self) -> bool:
+        """The shown chat may be left as far as saving goes: its latest snapshot is handed to the writer (not
+        waited for); one whose write already failed is written first, and False when it still cannot be."""
+        if self.save_error:
+            return self.save_now()
+        if self.store.pending():
+            self.save()
+        return True
 
     @Slot()
     def _take_news(self) -> None:
@@ -87,6 +111,9 @@ class ChatSaving:
         return self.store.pending()
 
     def _on_written(self, number: int, snap, written, error) -> None:
+        if snap.lineage != self.conv.__dict__.get("lineage"):
+            self._on_left_written(snap, error)
+            return
         if number <= self._applied:
             return  # news of an older write, after a newer one's
         self._applied = number
@@ -99,13 +126,29 @@ class ChatSaving:
                 self._save_retry.stop()
                 self._notice("")
             return
-        reason = os.strerror(error.errno) if getattr(error, "errno", None) else str(error)
-        if snap.lineage != self.conv.__dict__.get("lineage"):  # a chat no longer shown (switching waits for
-            log.warning("chat %s could not be saved: %s", snap.id, error)  # its writes: a race at most)
-            return
+        reason = _reason(error)
         if not self.save_error:
             log.warning("chat %s could not be saved: %s", snap.id, error)
         self.save_error = (f"This chat could not be saved ({reason}). It is kept in this window and saved "
                            "as soon as it can be: free some disk space, or check the data folder's permissions.")
         self._notice(self.save_error)
         self._save_retry.start()
+
+    def _on_left_written(self, snap, error) -> None:
+        """News of a chat no longer shown: kept here, told and tried again until its write succeeds."""
+        if error is None:
+            if self._left_unsaved.pop(snap.lineage, None) is not None and not self._left_unsaved:
+                self._notice(self.save_error)  # the shown chat's own trouble, or nothing
+                if not self.save_error:
+                    self._save_retry.stop()
+            return
+        log.warning("chat %s could not be saved: %s", snap.id, error)
+        self._left_unsaved[snap.lineage] = snap
+        self._notice(f"The chat \u201c{snap.title}\u201d could not be saved ({_reason(error)}). It is kept in this "
+                     "window's memory and saved as soon as it can be: free some disk space, or check the data "
+                     "folder's permissions.")
+        self._save_retry.start()
+
+
+def _reason(error) -> str:
+    return os.strerror(error.errno) if getattr(error, "errno", None) else str(error)
