@@ -149,7 +149,7 @@ class IdleWork:
             log.warning("answer check failed: %s", exc, exc_info=True)
             self._refine_note = f"the answer could not be checked against exact's ({exc})"
         if self.last_check is not None:
-            _guard_if_corrected(self.engine, request, result, self.last_check)
+            _guard_from_check(self.engine, request, result, self.last_check)
         self._to_check = None
         self._document = self.engine.slot.tokens  # as answered, every row exact now
         self._saved = False
@@ -176,21 +176,22 @@ class IdleWork:
         return st
 
 
-def _guard_if_corrected(engine, request, result, check) -> None:
-    """A corrected answer about a document sends that document to exact from now on (ridgefill/departures.py)."""
-    from .answer_check import CORRECTED, WITHIN_NLL
+def _guard_from_check(engine, request, result, check) -> None:
+    """A RidgeFill answer's check counts toward its document's guard: once its checks surely depart, the
+    document runs exact from now on (ridgefill/departures.py)."""
+    from .answer_check import WITHIN_NLL
     from .ridgefill.departures import document_key
     from .ridgefill.runtime import runtime
 
     t = result.timings
-    if check.verdict != CORRECTED or not request.documents or t.mode in ("off", "plumb") or t.split is None:
-        return  # (plumb writes the true inputs: its maps are not what departed)
+    if check.dnll is None or not request.documents or t.mode in ("off", "plumb") or t.split is None:
+        return  # (plumb writes the true inputs: its maps are not what would depart)
     rt = runtime(engine)
     try:
         folder = getattr(rt.maps(t.split), "folder", "")
     except RidgeFillError as exc:  # the maps went meanwhile: nothing they would run again
-        log.info("a corrected answer's maps are gone (%s): no guard recorded", exc)
+        log.info("a checked answer's maps are gone (%s): no guard recorded", exc)
         return
-    rt.departures.record(document_key(engine.info.path, t.split, folder, request.documents),
-                         [d.name for d in request.documents], check.dnll, WITHIN_NLL)
+    rt.departures.checked(document_key(engine.info.path, t.split, folder, request.documents),
+                          [d.name for d in request.documents], check.dnll, WITHIN_NLL)
 
