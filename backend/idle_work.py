@@ -180,7 +180,7 @@ def _guard_from_check(engine, request, result, check) -> None:
     """A RidgeFill answer's check counts toward its document's guard: once its checks surely depart, the
     document runs exact from now on (ridgefill/departures.py)."""
     from .answer_check import WITHIN_NLL
-    from .ridgefill.departures import document_key
+    from .ridgefill.departures import document_key, question_digest
     from .ridgefill.runtime import runtime
 
     t = result.timings
@@ -193,5 +193,5 @@ def _guard_from_check(engine, request, result, check) -> None:
         log.info("a checked answer's maps are gone (%s): no guard recorded", exc)
         return
     rt.departures.checked(document_key(engine.info.path, t.split, folder, request.documents),
-                          [d.name for d in request.documents], check.dnll, WITHIN_NLL)
+                          [d.name for d in request.documents], question_digest(request), check.dnll, WITHIN_NLL)
 

@@ -71,7 +71,8 @@ def report(name: str, stats: dict, seconds: float, seed: int, unit: str = "input
     distinct = f" ({stats['distinct']:,} distinct)" if "distinct" in stats else ""
     print(f"{name}: {stats['inputs']:,} {unit}{distinct} in {seconds:,.0f} s (seed {seed}; {outcomes}); "
           f"{n:,} findings; slowest {stats['slowest_s'] * 1000:,.0f} ms; peak RSS {peak_rss_mb():,.0f} MB"
-          + ("; stopped at the time limit" if stats.get("out_of_time") else ""), flush=True)
+          + ("; stopped at the time limit" if stats.get("out_of_time") else "")
+          + ("; Hypothesis drew no more distinct inputs" if stats.get("out_of_draws") else ""), flush=True)
     for key, f in stats["findings"].items():
         print(f"  FINDING {key} x{f['count']}: {f['message']}\n    input: {f['input']}", flush=True)
     return n

@@ -93,4 +93,5 @@ def run_inputs(name: str, strategy, check: Callable[[object, Path], str], exampl
     finally:
         signal.signal(signal.SIGPROF, previous)
         shutil.rmtree(work, ignore_errors=True)
-    return {**stats, "distinct": len(seen)}
+    short = not stats.get("out_of_time") and stats["inputs"] < examples  # every draw spent on repeats
+    return {**stats, "distinct": len(seen), **({"out_of_draws": True} if short else {})}

@@ -174,6 +174,14 @@ def test_controls_show_the_models_defaults_from_the_first_frame(qtbot, home, mod
     assert w.show_model(str(gemma.path))
     assert c.mode() == "guided" and c.tail() == defaults.default_tail(gemma)
     assert w.show_model(model_path) and c.mode() == "off"
+    # a server's model shown meanwhile gives the local one back as it was: off by default, or as the user set it
+    c.show_remote(24, 16, 64)
+    c.show_local()
+    assert c.mode() == "off" and c.exact_by_default
+    c.toggle.setChecked(True)
+    c.show_remote(24, 16, 64)
+    c.show_local()
+    assert c.mode() == "guided"
 
 
 def test_the_first_start_opens_on_the_models_the_app_recommends(qtbot, home, model_path):

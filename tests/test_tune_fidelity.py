@@ -143,3 +143,10 @@ def test_the_probe_s_cut_is_kept_privately_beside_the_record(tmp_path, monkeypat
     kept = record_at.with_suffix(".sample.json")
     assert sample.doc_tokens == DOC_TOKENS // 2 and kept.is_file() and kept.stat().st_mode & 0o077 == 0
     assert tune._Sample.of(None, record_at, None, 1080.0) == sample  # read back, not probed again
+
+
+def test_a_document_q8_0_moved_nothing_on_is_infinitely_far_only_where_ridgefill_moved_the_replies():
+    from backend.tuning.fidelity_report import ratio_to_yardstick
+
+    assert ratio_to_yardstick(0.02, 0.01) == 2.0 and ratio_to_yardstick(0.01, 0.0) == float("inf")
+    assert ratio_to_yardstick(0.0, 0.0) == 0.0 and ratio_to_yardstick(-0.01, 0.0) == 0.0

@@ -37,7 +37,7 @@ class ChatSaving:
         # The writer thread's news, in a plain queue: that thread must never hold a Qt object, for the last
         # reference it drops would destroy the object there, and Qt then deadlocks with the GUI thread.
         self._outcomes: queue.SimpleQueue = queue.SimpleQueue()
-        self._left_unsaved: dict = {}  # lineage -> the snapshot of a chat left before its write succeeded
+        self._left_unsaved: dict = {}  # lineage -> (snapshot, why) of a chat left before its write succeeded
         self._news_timer = QTimer(self)
         self._news_timer.setInterval(NEWS_EVERY_MS)
         self._news_timer.timeout.connect(self._take_news)
@@ -72,7 +72,7 @@ class ChatSaving:
 
     @Slot()
     def _retry(self) -> None:
-        for snap in list(self._left_unsaved.values()):
+        for snap, _ in list(self._left_unsaved.values()):
             self._write(snap)
         self.save()
 
@@ -80,7 +80,7 @@ class ChatSaving:
         """Save the shown chat, and any left one not on disk yet, and wait until they are written (quitting):
         False, with the notice, when one could not be."""
         self.save()
-        for snap in list(self._left_unsaved.values()):
+        for snap, _ in list(self._left_unsaved.values()):
             self._write(snap)
         self.store.flush()  # chats' files, small: a document's text was written once, when it was attached
         self._take_news()
@@ -90,7 +90,8 @@ class ChatSaving:
         """The shown chat may be left as far as saving goes: its latest snapshot is handed to the writer (not
         waited for); one whose write already failed is written first, and False when it still cannot be."""
         if self.save_error:
-            return self.save_now()
+            self.save_now()
+            return not self.save_error  # (a left chat still unsaved is kept and tried again: no reason to stay)
         if self.store.pending():
             self.save()
         return True
@@ -106,6 +107,10 @@ class ChatSaving:
             self._on_written(*news)
         if not self.store.pending() and self._outcomes.empty():
             self._news_timer.stop()
+
+    def unsaved_notice(self) -> str:
+        """Why some chat is not on disk ("" when every one is): the shown chat's trouble, else a left one's."""
+        return self.save_error or self._left_notice()
 
     def saves_pending(self) -> bool:
         return self.store.pending()
@@ -123,8 +128,9 @@ class ChatSaving:
                 self.conversation_changed.emit(self.conv)  # saved as a copy: the list shows its new name
             if self.save_error:
                 self.save_error = ""
-                self._save_retry.stop()
-                self._notice("")
+                self._notice(self._left_notice())
+                if not self._left_unsaved:
+                    self._save_retry.stop()
             return
         reason = _reason(error)
         if not self.save_error:
@@ -137,17 +143,25 @@ class ChatSaving:
     def _on_left_written(self, snap, error) -> None:
         """News of a chat no longer shown: kept here, told and tried again until its write succeeds."""
         if error is None:
-            if self._left_unsaved.pop(snap.lineage, None) is not None and not self._left_unsaved:
-                self._notice(self.save_error)  # the shown chat's own trouble, or nothing
-                if not self.save_error:
+            if self._left_unsaved.pop(snap.lineage, None) is not None:
+                self._notice(self.save_error or self._left_notice())  # the shown chat's own trouble first
+                if not (self.save_error or self._left_unsaved):
                     self._save_retry.stop()
             return
         log.warning("chat %s could not be saved: %s", snap.id, error)
-        self._left_unsaved[snap.lineage] = snap
-        self._notice(f"The chat \u201c{snap.title}\u201d could not be saved ({_reason(error)}). It is kept in this "
-                     "window's memory and saved as soon as it can be: free some disk space, or check the data "
-                     "folder's permissions.")
+        self._left_unsaved[snap.lineage] = (snap, _reason(error))
+        if not self.save_error:
+            self._notice(self._left_notice())
         self._save_retry.start()
+
+    def _left_notice(self) -> str:
+        """What the window says of the chats left before they were written ("" when there are none)."""
+        if not self._left_unsaved:
+            return ""
+        snap, reason = next(reversed(self._left_unsaved.values()))
+        more = f" (and {len(self._left_unsaved) - 1} more)" if len(self._left_unsaved) > 1 else ""
+        return (f"The chat \u201c{snap.title}\u201d{more} could not be saved ({reason}). It is kept in this window's "
+                "memory and saved as soon as it can be: free some disk space, or check the data folder's permissions.")
 
 
 def _reason(error) -> str:

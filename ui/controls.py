@@ -149,8 +149,9 @@ class RidgeFillControls(QGroupBox):
         """The mode the shown model runs by default: a RidgeFill mode in the box, or "off" (its tune chose
         exact: RidgeFill stays one click away, switched off; switched on again for the next model)."""
         self.mode_box.blockSignals(True)
-        if self.mode_box.findData(mode) >= 0:
-            self.mode_box.setCurrentIndex(self.mode_box.findData(mode))
+        shown = DEFAULT_MODE if mode == "off" else mode  # switched on, it runs what defaults.switched_on_mode says
+        if self.mode_box.findData(shown) >= 0:
+            self.mode_box.setCurrentIndex(self.mode_box.findData(shown))
         self.mode_box.blockSignals(False)
         was_exact, self.exact_by_default = self.exact_by_default, mode == "off"
         if self.exact_by_default or was_exact:
@@ -176,8 +177,9 @@ class RidgeFillControls(QGroupBox):
     def show_remote(self, n_layer: int, split: int, tail: int) -> None:
         """The controls follow a model on this app's server elsewhere (its layers, default split and tail);
         the maps line, Get maps and Tune, which act on this machine, hide until show_local."""
-        if self._local is None:
-            self._local = (self.n_layer, self.split(), self.tail(), self.tail_spin.minimum(), self.mode_box.currentData())
+        if self._local is None:  # the toggle too: a model that runs exact by default has it off, or the user's choice
+            self._local = (self.n_layer, self.split(), self.tail(), self.tail_spin.minimum(), self.mode_box.currentData(),
+                           self.toggle.isChecked(), self.exact_by_default)
         self._show_local_parts(False)
         self.set_model(n_layer, split, tail, MIN_TAIL, None)
 
@@ -185,7 +187,9 @@ class RidgeFillControls(QGroupBox):
         """This machine's model again, as it was before a server's was shown."""
         if self._local is not None:
             local, self._local = self._local, None
-            self.set_model(*local)
+            self.set_model(*local[:5])
+            self.exact_by_default = local[6]
+            self.toggle.setChecked(local[5])
         self._show_local_parts(True)
 
     def _show_local_parts(self, shown: bool) -> None:

@@ -367,8 +367,8 @@ class MainWindow(QMainWindow):
         super().closeEvent(e)
 
     def _quit_unsaved(self) -> bool:
-        """True when the user quits anyway although the shown chat could not be written (a full disk)."""
+        """True when the user quits anyway although a chat could not be written (a full disk)."""
         answer = QMessageBox.warning(self, "Quit without saving?",
-                                     self.chat.save_error + "\n\nQuit anyway and lose this chat's unsaved part?",
+                                     self.chat.unsaved_notice() + "\n\nQuit anyway and lose what was not saved?",
                                      QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
         return answer == QMessageBox.Yes

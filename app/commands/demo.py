@@ -1,5 +1,5 @@
 """`python -m app demo`: the headless main job. A real document the app ships (Valgrind's FAQ), one
-question, answered by RidgeFill (its default mode, split and tail) and by the exact model on the same
+question, answered by RidgeFill (as switched on: its default mode, split and tail) and by the exact model on the same
 prompt, each scored on its claim, with both times to first token."""
 from __future__ import annotations
 

@@ -27,13 +27,13 @@ from ..json_file import read_object, write_private
 log = logging.getLogger(__name__)
 
 FILE_NAME = "departed-documents.json"
-MAX_ENTRIES = 10_000  # the oldest go first: the file stays small (about 1 KB an entry at most)
+MAX_ENTRIES = 10_000  # the oldest go first: the file stays small (at most about 4 KB an entry)
 MIN_CHECKS = 3  # a bound on fewer checks says nothing (the t quantile of 1 degree of freedom is 6.3)
-KEPT_CHECKS = 64  # a document's latest checks, enough for the bound
+KEPT_CHECKS = 64  # a document's latest checks (one a question), enough for the bound
 # Student t's one-sided 95% quantiles by degrees of freedom (a table: the standard library has none), then
 # the normal's
 T95 = {2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812, 15: 1.753,
-       20: 1.725, 30: 1.697}
+       20: 1.725, 30: 1.697, 40: 1.684, 60: 1.671}
 Z95 = 1.645
 
 
@@ -79,15 +79,21 @@ class Departures:
                 f"found exact's replies moved by {statistics.fmean(departed):+.2f} nats/token on average, "
                 f"surely{beyond} (95% confidence): ran exact.")
 
-    def checked(self, key: str, names: list[str], dnll: float, within: float) -> bool:
-        """A check of an answer about `key`'s document found `dnll` (its threshold `within`: the caller's,
-        the check owns it); True when the document departs from now on. Written at once (a failed write is
-        logged: the guard then holds until the app ends)."""
+    def checked(self, key: str, names: list[str], question: str, dnll: float, within: float) -> bool:
+        """A check of an answer to `question` (a digest: the same question asked again counts once, its
+        latest check) about `key`'s document found `dnll` (its threshold `within`: the caller's, the check
+        owns it); True when the document departs from now on. Written at once (a failed write is logged:
+        the guard then holds until the app ends)."""
         entries = self._loaded()
         entry = entries.pop(key, None) or {}
-        dnlls = (_numbers(entry.get("dnlls")) + [float(dnll)])[-KEPT_CHECKS:]
-        departed_with = _numbers(entry.get("departed_with")) or (dnlls if departs(dnlls, within) else [])
-        entries[key] = {"documents": names[:8], "dnlls": dnlls, "within": within, "departed_with": departed_with,
+        checks = _checks(entry.get("checks"))
+        if _finite(dnll):
+            checks.pop(question, None)
+            checks[question] = float(dnll)
+        checks = dict(list(checks.items())[-KEPT_CHECKS:])
+        departed_with = _numbers(entry.get("departed_with")) or (
+            list(checks.values()) if departs(list(checks.values()), within) else [])
+        entries[key] = {"documents": names[:8], "checks": checks, "within": within, "departed_with": departed_with,
                         "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
         while len(entries) > MAX_ENTRIES:
             del entries[next(iter(entries))]
@@ -96,6 +102,12 @@ class Departures:
         except OSError as exc:
             log.warning("the departed documents' list could not be written (%s): kept until the app ends", exc)
         return bool(departed_with)
+
+
+def question_digest(request) -> str:
+    """Which question a request asks (its prompt and messages), for checked(): a short digest."""
+    messages = [(m.role, m.content) for m in (request.messages or [])]
+    return hashlib.sha256(repr((request.prompt, messages)).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def departs(dnlls: list[float], within: float) -> bool:
@@ -108,8 +120,18 @@ def departs(dnlls: list[float], within: float) -> bool:
     return statistics.fmean(dnlls) - t * statistics.stdev(dnlls) / math.sqrt(n) > within
 
 
+def _finite(v) -> bool:
+    try:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:  # an integer too large for a float (a hand-edited file)
+        return False
+
+
 def _numbers(value) -> list[float]:
     """The finite numbers of a list read from the file (anything else in it is dropped)."""
-    if not isinstance(value, list):
-        return []
-    return [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return [float(v) for v in value if _finite(v)] if isinstance(value, list) else []
+
+
+def _checks(value) -> dict[str, float]:
+    """A document's checks read from the file: question digest -> ΔNLL (anything else dropped)."""
+    return {k: float(v) for k, v in value.items() if isinstance(k, str) and _finite(v)} if isinstance(value, dict) else {}

@@ -98,5 +98,13 @@ def per_document(lines: list[dict], setting: str) -> list[dict]:
     for doc, pairs in by_doc.items():
         dnll, q8_abs = float(np.mean([d for d, _ in pairs])), float(np.mean([abs(q) for _, q in pairs]))
         rows.append({"document": doc, "n": len(pairs), "dnll": dnll, "q8_abs": q8_abs,
-                     "ratio": dnll / q8_abs if q8_abs > 0 else float("inf"), "within": dnll <= WITHIN * q8_abs})
+                     "ratio": ratio_to_yardstick(dnll, q8_abs), "within": dnll <= WITHIN * q8_abs})
     return sorted(rows, key=lambda r: -r["ratio"])
+
+
+def ratio_to_yardstick(dnll: float, q8_abs: float) -> float:
+    """dnll in q8_0's mean |ΔNLL|; where q8_0 moved nothing, infinite if RidgeFill moved the replies away
+    and 0 if it did not."""
+    if q8_abs > 0:
+        return dnll / q8_abs
+    return float("inf") if dnll > 0 else 0.0

@@ -38,7 +38,7 @@ def run(args) -> int:
     # RidgeFill engine keeps for its re-decodes (docs/measurements/gemma-3.md#guided-on-sliding-window-models).
     exact = open_engine(args, swa_full=False) if engine.pin_seq is not None else engine
     split, tail = split_or_default(engine.info, args.split), tail_or_default(engine.info, args.tail)
-    args.mode = ridgefill_mode(engine.info, args.mode)
+    args.mode = ridgefill_mode(engine.info, args.mode, quiet=bool(args.settings))  # --settings name their own
     rows = run_ttft_bench(engine, lengths, split=split, tail=tail, mode=args.mode, repeats=args.repeats,
                           on_progress=lambda msg: print(f"  {msg}", file=sys.stderr), exact_engine=exact,
                           settings=args.settings)

@@ -20,12 +20,13 @@ def split_tail(args, info) -> tuple[int, int]:
     return split_or_default(info, getattr(args, "split", None)), tail_or_default(info, args.tail)
 
 
-def ridgefill_mode(info, asked: str | None) -> str:
+def ridgefill_mode(info, asked: str | None, quiet: bool = False) -> str:
     """The RidgeFill mode a measurement runs: as asked, else the model's default; where that default is exact
-    (a tune, or the measured table, chose it), the mode the app runs when RidgeFill is switched on."""
+    (a tune, or the measured table, chose it), the mode the app runs when RidgeFill is switched on (said
+    unless `quiet`)."""
     if asked:
         return asked
-    if default_mode(info) == "off":
+    if default_mode(info) == "off" and not quiet:
         say(f"this model runs exact by default; measuring RidgeFill as switched on, {switched_on_mode(info)} "
             "(pass --mode to choose)")
     return switched_on_mode(info)

@@ -26,7 +26,8 @@ from backend.tuning.question_files import CHOOSE, JUDGE, QuestionedDocument, lon
 
 
 def default_settings(args) -> list[str]:
-    """The model's default mode (at its default split) beside q8_0's cache: what the app runs, and the yardstick."""
+    """The model's default mode (at its default split; RidgeFill as switched on where the model runs exact by
+    default) beside q8_0's cache: what the app runs, and the yardstick."""
     from backend.model_file import read_model_header
 
     return [ridgefill_mode(read_model_header(model_path(args)), None), "q8"]
@@ -41,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--documents", type=str_list, default=None, help="without --doc: only these long-set documents")
     p.add_argument("--modes", type=str_list, default=None,
                    help="settings beside exact: guided, guided:SPLIT, speed, speed:SPLIT, q8, mb128 (default: the "
-                        "model's default mode and q8)")
+                        "model's default mode, or as switched on where it runs exact, and q8)")
     p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th question of each document (a sample spread over it)")
     p.add_argument("--tail", type=int, default=None, help="exact tail T (default: the model's)")
     p.add_argument("--out", default=None, help="JSON lines file (default: <data dir>/evals/fidelity.jsonl); resumed")

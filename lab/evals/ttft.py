@@ -96,17 +96,20 @@ class DocumentTtft:
 def run_document_ttft(engine, docs, *, repeats: int = 1, on_progress: Callable[[str], None] | None = None,
                       exact_engine=None) -> list[DocumentTtft]:
     """Each document's first question, fresh (no prefix reuse), exact against the app's default request
-    (mode "default": the planner's choice, the guard included), alternating which goes first: the TTFT a
-    user waits for on that document at its own length."""
+    (mode "default": the planner's choice, the guard included; RidgeFill as switched on where the model runs
+    exact by default), alternating which goes first: the TTFT a user waits for on that document at its own
+    length."""
     from backend.protocol import MODEL_DEFAULT
+    from backend.ridgefill.defaults import default_mode, switched_on_mode
     from backend.ridgefill.runtime import warm_up
     from backend.tuning.fidelity import item_request, parse_setting
 
     exact_engine = exact_engine or engine
     warm_up(engine)
+    fast = MODEL_DEFAULT if default_mode(engine.info) != "off" else switched_on_mode(engine.info)
     out = []
     for doc in docs:
-        runs: dict[str, list] = {"off": [], MODEL_DEFAULT: []}
+        runs: dict[str, list] = {"off": [], fast: []}
         for r in range(repeats):
             for mode in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
                 if on_progress is not None:
@@ -115,6 +118,6 @@ def run_document_ttft(engine, docs, *, repeats: int = 1, on_progress: Callable[[
                               max_tokens=1, reuse_prefix=False)
                 runs[mode].append(complete(exact_engine if mode == "off" else engine, req).timings)
         n = runs["off"][0].prompt_n + runs["off"][0].cache_n
-        out.append(DocumentTtft(doc.name, _row(n, runs["off"], runs[MODEL_DEFAULT])))
+        out.append(DocumentTtft(doc.name, _row(n, runs["off"], runs[fast])))
     return out
 
