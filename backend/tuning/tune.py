@@ -102,8 +102,7 @@ class TuneResult:
 def _brief(c: Candidate) -> dict:
     worst = c.worst or {}
     return {"setting": c.setting, "keeps": c.keeps, "ratio": c.ratio, "worst_document": worst.get("document"),
-            "worst_ratio": worst.get("ratio"), "documents": len(c.documents),
-            **({"refused": c.refused} if c.refused else {})}
+            "worst_ratio": worst.get("ratio"), "documents": len(c.documents), **({"refused": c.refused} if c.refused else {})}
 
 
 def choose(candidates: list[Candidate], default_split: int) -> tuple[int, str, str]:
@@ -388,9 +387,9 @@ class _TuneRun:
 
 
 def _verdict(c: Candidate) -> str:
+    """One setting's line; one that departs says so whatever its speed (a refusal matters only if it keeps)."""
     w = c.worst
     where = f"worst {w['document']} at {w['ratio']:.1f}× q8_0's (ΔNLL {w['dnll']:+.3f})" if w else "no document"
-    # a setting that departs is said to, whatever its speed (a refusal matters only to one that keeps replies)
     verdict = "departs" if not c.keeps else (f"refused: {c.refused}" if c.refused else "keeps replies")
     speed = f"{c.ratio:.2f}×" if c.ratio else "-"
     return f"{c.setting}: {len(c.documents)} documents, {where}, {speed} exact's speed, {verdict}"
