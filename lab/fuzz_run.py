@@ -74,7 +74,7 @@ def run_inputs(name: str, strategy, check: Callable[[object, Path], str], exampl
         nonlocal shown
         for data in inputs:
             if stats["inputs"] >= examples:
-                raise Enough
+                break
             if time.monotonic() > deadline:
                 raise OutOfTime
             one(data)
@@ -82,6 +82,8 @@ def run_inputs(name: str, strategy, check: Callable[[object, Path], str], exampl
             shown = time.monotonic()
             print(f"  {name}: {stats['inputs']:,} inputs after {(shown - started_at) / 60:,.1f} min, "
                   f"{findings_count(stats)} findings, peak RSS {peak_rss_mb():,.0f} MB", flush=True)
+        if stats["inputs"] >= examples:
+            raise Enough
 
     previous = signal.signal(signal.SIGPROF, _hang)
     try:
