@@ -14,6 +14,7 @@ from typing import Callable
 from lab.fuzz_report import count, finding, findings_count, new_stats, peak_rss_mb
 
 INPUT_S = 10  # an input past this many CPU seconds is a Hang (CPU: a loaded machine's pauses are not hangs)
+ALARM_AGAIN_S = 1.0  # CPU seconds between alarms once an input has passed INPUT_S
 # draws allowed per distinct input asked for, where repeats are skipped: fuzz-configs drew 73 distinct of 200
 # (docs/HARDENING.md, the config files' fuzz)
 DRAWS_PER_DISTINCT = 4
@@ -55,7 +56,8 @@ def run_inputs(name: str, strategy, check: Callable[[object, Path], str], exampl
             return
         started = time.perf_counter()
         try:
-            signal.setitimer(signal.ITIMER_PROF, input_s)
+            # again every ALARM_AGAIN_S: an alarm that falls in a gc callback is swallowed (docs/HARDENING.md)
+            signal.setitimer(signal.ITIMER_PROF, input_s, ALARM_AGAIN_S)
             outcome = check(data, work)
         except Exception as exc:  # a finding: counted with its input, the run goes on
             outcome = finding(stats, exc, data)

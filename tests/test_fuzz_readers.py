@@ -113,6 +113,29 @@ def test_an_input_that_hangs_is_a_finding_and_the_run_goes_on(monkeypatch):
     assert [(k.split()[0], f["count"]) for k, f in stats["findings"].items()] == [("Hang", 3)]
 
 
+def test_a_hang_whose_first_alarm_was_swallowed_is_still_a_finding(monkeypatch):
+    """Python ignores an exception raised in a gc callback: the long config run once lost its alarm so."""
+    import time
+
+    from lab.commands import fuzz_readers
+    from lab.fuzz_run import Hang
+
+    def swallow_then_spin(data, work):
+        try:
+            while True:
+                pass
+        except Hang:  # as a gc callback would: the input goes on
+            pass
+        give_up = time.monotonic() + 5  # without a second alarm: "ok", and the test fails rather than hangs
+        while time.monotonic() < give_up:
+            pass
+        return "ok"
+
+    monkeypatch.setitem(fuzz_readers.CHECKS, "gguf", swallow_then_spin)
+    stats = fuzz_readers.run_reader("gguf", 1, [b"GGUF"], input_s=0.2)
+    assert [(k.split()[0], f["count"]) for k, f in stats["findings"].items()] == [("Hang", 1)]
+
+
 def test_an_input_the_machine_paused_is_not_a_hang(monkeypatch):
     """The long GGUF run's 4 'hangs' (10-11.5 s on a machine at load 7) were inputs refused in 2 ms: a hang
     is CPU spent, not the wall time a loaded machine leaves the process waiting."""
