@@ -91,8 +91,8 @@ class Departures:
             checks.pop(question, None)
             checks[question] = float(dnll)
         checks = dict(list(checks.items())[-KEPT_CHECKS:])
-        departed_with = _numbers(entry.get("departed_with")) or (
-            list(checks.values()) if departs(list(checks.values()), within) else [])
+        dnlls = list(checks.values())
+        departed_with = _numbers(entry.get("departed_with")) or (dnlls if departs(dnlls, within) else [])
         entries[key] = {"documents": names[:8], "checks": checks, "within": within, "departed_with": departed_with,
                         "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
         while len(entries) > MAX_ENTRIES:
